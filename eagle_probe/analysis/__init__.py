@@ -1,0 +1,1 @@
+"""Pure functions that turn observations into facts and findings. No SGLang import here."""

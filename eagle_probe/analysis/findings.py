@@ -1,0 +1,105 @@
+"""Diagnosis rules: evidence in, findings out. Shared by the running probe and offline commands."""
+
+from typing import List, Optional, Sequence
+
+from ..observations import CaptureConfigured, Finding, TargetForward
+from ..versions import VersionRules
+from .layers import apply_capture_rule, capture_label, unreachable_indices
+
+TBO_CAPTURE_LOST = "tbo_capture_lost"
+AUX_COUNT_MISMATCH = "aux_count_mismatch"
+GRAPH_EAGER_LAYER_MISMATCH = "graph_eager_layer_mismatch"
+CAPTURE_ID_UNREACHABLE = "capture_id_unreachable"
+CAPTURE_RULE_UNEXPECTED = "capture_rule_unexpected"
+
+ERROR, WARNING = "error", "warning"
+
+# Every code with its severity and one line of meaning (README and tests list these).
+CODES = {
+    TBO_CAPTURE_LOST: (ERROR, "capture slots fall in the layers Two-Batch-Overlap runs, which never capture"),
+    AUX_COUNT_MISMATCH: (ERROR, "the target returned fewer (or more) aux hidden states than configured"),
+    GRAPH_EAGER_LAYER_MISMATCH: (ERROR, "CUDA-graph capture and eager forwards capture different layers"),
+    CAPTURE_ID_UNREACHABLE: (ERROR, "a configured capture index can never be captured"),
+    CAPTURE_RULE_UNEXPECTED: (WARNING, "SGLang mapped capture ids differently from its version's known rule"),
+}
+
+
+def _labels(indices: Sequence[int], num_layers: Optional[int] = None) -> str:
+    return ", ".join(f"{i} ({capture_label(i, num_layers)})" for i in indices) or "none"
+
+
+def _finding(code: str, message: str, **evidence) -> Finding:
+    return Finding(code, CODES[code][0], message, tuple(sorted(evidence.items())))
+
+
+def capture_config_findings(obs: CaptureConfigured, rules: VersionRules) -> List[Finding]:
+    findings = []
+    if not obs.is_last_pp_stage:
+        return findings  # SGLang returns early on earlier PP stages; nothing is configured there
+    bad = unreachable_indices(obs.layers_to_capture, obs.num_layers, rules.embedding_capturable,
+                              obs.start_layer, obs.end_layer)
+    if bad:
+        reasons = "; ".join(f"index {i}: {why}" for i, why in bad)
+        findings.append(_finding(
+            CAPTURE_ID_UNREACHABLE,
+            f"{obs.model_class}: layers_to_capture {list(obs.layers_to_capture)} (from ids "
+            f"{None if obs.requested_ids is None else list(obs.requested_ids)}) contains indices that "
+            f"can never be captured: {reasons}. The draft will get fewer aux states than it expects.",
+            layers_to_capture=list(obs.layers_to_capture), unreachable=[i for i, _ in bad],
+            requested_ids=None if obs.requested_ids is None else list(obs.requested_ids),
+            num_layers=obs.num_layers))
+    predicted, rule = apply_capture_rule(rules.capture_id_rule, obs.requested_ids, obs.num_layers)
+    if tuple(predicted) != tuple(obs.layers_to_capture):
+        findings.append(_finding(
+            CAPTURE_RULE_UNEXPECTED,
+            f"{obs.model_class}: ids {obs.requested_ids} became {list(obs.layers_to_capture)}, but this "
+            f"SGLang version's rule ({rule}) predicts {list(predicted)}; the layer labels below follow "
+            f"what SGLang actually set.",
+            requested_ids=None if obs.requested_ids is None else list(obs.requested_ids),
+            layers_to_capture=list(obs.layers_to_capture), predicted=list(predicted), rule=rule))
+    return findings
+
+
+def forward_findings(obs: TargetForward) -> List[Finding]:
+    findings = []
+    if obs.lost:
+        kept = [i for i in obs.layers_to_capture if i not in obs.lost]
+        findings.append(_finding(
+            TBO_CAPTURE_LOST,
+            f"{obs.model_class} {obs.mode}: Two-Batch-Overlap ran layers [{obs.tbo_range[0]}, "
+            f"{obs.tbo_range[1]}) in its stages, which do not capture aux hidden states; lost capture "
+            f"slots {_labels(obs.lost)}; kept {_labels(kept)}. Disable --enable-two-batch-overlap or "
+            f"capture only indices below {obs.tbo_range[0]}.",
+            lost=list(obs.lost), kept=kept, layers_to_capture=list(obs.layers_to_capture),
+            tbo_range=list(obs.tbo_range), mode=obs.mode, path=obs.path))
+    if obs.aux_returned is not None and obs.aux_returned != obs.aux_expected:
+        findings.append(_finding(
+            AUX_COUNT_MISMATCH,
+            f"{obs.model_class} {obs.mode}: returned {obs.aux_returned} aux hidden states, "
+            f"configured {obs.aux_expected} ({list(obs.layers_to_capture)})"
+            + (f"; lost to TBO: {list(obs.lost)}" if obs.lost else "") + ".",
+            returned=obs.aux_returned, expected=obs.aux_expected,
+            layers_to_capture=list(obs.layers_to_capture), mode=obs.mode, path=obs.path))
+    elif obs.error and "aux hidden states" in obs.error:
+        # 0.5.23's packer raises "captured X of K aux hidden states" instead of returning fewer.
+        findings.append(_finding(
+            AUX_COUNT_MISMATCH,
+            f"{obs.model_class} {obs.mode}: SGLang raised '{obs.error}' with layers_to_capture "
+            f"{list(obs.layers_to_capture)}"
+            + (f"; lost to TBO: {list(obs.lost)}" if obs.lost else "") + ".",
+            error=obs.error, expected=obs.aux_expected, layers_to_capture=list(obs.layers_to_capture),
+            mode=obs.mode, path=obs.path))
+    return findings
+
+
+def graph_eager_findings(model_class: str, graph_layers: Sequence[int], eager_layers: Sequence[int],
+                         source: str, num_layers: Optional[int] = None) -> List[Finding]:
+    """source: 'forward' (both seen running) or 'configuration' (graph set-up vs later setter call)."""
+    if tuple(graph_layers) == tuple(eager_layers):
+        return []
+    return [_finding(
+        GRAPH_EAGER_LAYER_MISMATCH,
+        f"{model_class}: CUDA graphs capture layers {_labels(graph_layers, num_layers)} but eager forwards "
+        f"capture {_labels(eager_layers, num_layers)}; steps replayed from a graph feed the draft other "
+        f"layers than eager steps (evidence from {source}).",
+        graph_layers=list(graph_layers), eager_layers=list(eager_layers), source=source)]

@@ -1,0 +1,99 @@
+"""Layer-index conventions.
+
+A capture index i means the residual stream entering decoder layer i, i.e. the output of layer
+i - 1, which is HuggingFace `output_hidden_states[i]`; index 0 is the embedding output. The last
+layer's output (HF index n) is never captured by SGLang's DeepSeek loop.
+"""
+
+from dataclasses import dataclass
+from typing import Optional, Sequence, Tuple
+
+from ..versions import DEFAULT_LAYERS, PLUS_ONE_ALWAYS, PLUS_ONE_IF_FIRST_IS_ONE
+
+
+def default_layer_ids(num_layers: int) -> Tuple[int, ...]:
+    return (2, num_layers // 2, num_layers - 3)
+
+
+def apply_capture_rule(rule: str, layer_ids: Optional[Sequence[int]], num_layers: int):
+    """Predict layers_to_capture from the ids passed to set_eagle3_layers_to_capture.
+
+    Returns (indices, rule actually applied).
+    """
+    if layer_ids is None:
+        return default_layer_ids(num_layers), DEFAULT_LAYERS
+    ids = tuple(int(i) for i in layer_ids)
+    if rule == PLUS_ONE_ALWAYS:
+        return tuple(i + 1 for i in ids), PLUS_ONE_ALWAYS
+    if rule == PLUS_ONE_IF_FIRST_IS_ONE:
+        if ids and ids[0] == 1:
+            return tuple(i + 1 for i in ids), PLUS_ONE_IF_FIRST_IS_ONE + ":applied"
+        return ids, PLUS_ONE_IF_FIRST_IS_ONE + ":not_applied"
+    raise ValueError(f"unknown capture-id rule {rule!r}")
+
+
+def explain_mapping(layer_ids: Optional[Sequence[int]], result: Sequence[int], num_layers: int) -> str:
+    """Name the rule that maps ids to result, from the values alone."""
+    result = tuple(result)
+    if layer_ids is None:
+        return DEFAULT_LAYERS if result == default_layer_ids(num_layers) else "unknown"
+    ids = tuple(layer_ids)
+    if result == ids:
+        return "as_given"
+    if result == tuple(i + 1 for i in ids):
+        return "plus_one"
+    return "unknown"
+
+
+def capture_label(index: int, num_layers: Optional[int] = None) -> str:
+    """Human label of a capture index (= HF hidden_states index)."""
+    if index < 0:
+        return f"never captured (negative index {index})"
+    if num_layers is not None and index >= num_layers:
+        return f"never captured (index {index} >= {num_layers} layers)"
+    if index == 0:
+        return "embedding output"
+    return f"output of layer {index - 1}"
+
+
+@dataclass(frozen=True)
+class LayerSplit:
+    """Which layers one forward runs in the normal loop (where captures happen) and in TBO stages."""
+
+    normal: Tuple[int, int]
+    tbo: Optional[Tuple[int, int]]
+
+    def lost(self, layers_to_capture: Sequence[int]) -> Tuple[int, ...]:
+        if self.tbo is None:
+            return ()
+        start, end = self.tbo
+        return tuple(i for i in layers_to_capture if start <= i < end)
+
+
+def split_layers(start_layer: int, end_layer: int, first_k_dense_replace: Optional[int], can_run_tbo: bool) -> LayerSplit:
+    """Mirror of DeepseekV2Model.forward's normal/TBO split (0.5.8 and 0.5.23 alike)."""
+    normal_start, normal_end = start_layer, end_layer
+    if can_run_tbo and first_k_dense_replace is not None:
+        if start_layer < first_k_dense_replace < end_layer:
+            normal_end = first_k_dense_replace
+        elif first_k_dense_replace < start_layer:
+            normal_start = normal_end = 0
+    tbo = (normal_end, end_layer) if normal_end != end_layer else None
+    return LayerSplit((normal_start, normal_end), tbo)
+
+
+def unreachable_indices(indices: Sequence[int], num_layers: int, embedding_capturable: bool,
+                        start_layer: int = 0, end_layer: Optional[int] = None):
+    """Capture indices the loop can never capture, each with the reason."""
+    end_layer = num_layers if end_layer is None else end_layer
+    out = []
+    for index in indices:
+        if index < 0:
+            out.append((index, "negative index never matches a layer"))
+        elif index >= num_layers:
+            out.append((index, f"index >= number of layers ({num_layers}); the last layer's output cannot be captured"))
+        elif index == 0 and not embedding_capturable:
+            out.append((index, "embedding output (index 0) fails in this SGLang version (residual is None)"))
+        elif not start_layer <= index < end_layer:
+            out.append((index, f"outside this pipeline stage's layers [{start_layer}, {end_layer})"))
+    return tuple(out)

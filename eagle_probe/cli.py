@@ -1,0 +1,77 @@
+"""The eagle-probe command line: run, bootstrap-path, version."""
+
+import argparse
+import os
+import sys
+
+from . import __version__
+from .bootstrap import BOOTSTRAP_DIR
+from .config import INNER_FORWARD_MODES, LOG_LEVELS, ConfigError, load_config
+
+
+def _run_environment(args, base_env) -> dict:
+    env = dict(base_env)
+    options = {
+        "EAGLE_PROBE_LOG_DIR": None if args.log_dir is None else os.path.abspath(args.log_dir),
+        "EAGLE_PROBE_METRICS_PORT": args.metrics_port,
+        "EAGLE_PROBE_LOG_LEVEL": args.log_level,
+        "EAGLE_PROBE_SUMMARY_INTERVAL_S": args.summary_interval,
+        "EAGLE_PROBE_INNER_FORWARD": args.inner_forward,
+        "EAGLE_PROBE_LOG_EVERY_FORWARD": "1" if args.log_every_forward else None,
+    }
+    env.update({k: str(v) for k, v in options.items() if v is not None})
+    env.setdefault("EAGLE_PROBE_ENABLED", "1")
+    existing = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != BOOTSTRAP_DIR]
+    env["PYTHONPATH"] = os.pathsep.join([BOOTSTRAP_DIR] + existing)
+    return env
+
+
+def cmd_run(args) -> int:
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        print("eagle-probe run: no command given; usage: eagle-probe run [options] -- COMMAND ...", file=sys.stderr)
+        return 2
+    env = _run_environment(args, os.environ)
+    try:
+        load_config(env)
+    except ConfigError as exc:
+        print(f"eagle-probe run: {exc}", file=sys.stderr)
+        return 2
+    try:
+        os.execvpe(command[0], command, env)
+    except OSError as exc:
+        print(f"eagle-probe run: cannot execute {command[0]!r}: {exc.strerror}", file=sys.stderr)
+        return 127
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="eagle-probe", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"eagle-probe {__version__}")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+
+    run = sub.add_parser("run", help="run a command (e.g. python -m sglang.launch_server ...) with the probe injected")
+    run.add_argument("--log-dir", help="one JSON-lines file per process here (default: stderr)")
+    run.add_argument("--metrics-port", type=int, help="per-process exporter on 127.0.0.1:PORT+tp_rank "
+                     "when SGLang's --enable-metrics is off")
+    run.add_argument("--log-level", choices=LOG_LEVELS)
+    run.add_argument("--summary-interval", type=float, help="seconds between eagle_probe.summary events")
+    run.add_argument("--log-every-forward", action="store_true", help="debug: a line per forward")
+    run.add_argument("--inner-forward", choices=INNER_FORWARD_MODES,
+                     help="wrap inner model forwards (auto: off under torch.compile / piecewise CUDA graphs)")
+    run.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ...")
+    run.set_defaults(func=cmd_run)
+
+    path = sub.add_parser("bootstrap-path", help="print the directory to put first on PYTHONPATH")
+    path.set_defaults(func=lambda args: print(BOOTSTRAP_DIR) or 0)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,123 @@
+"""Configuration: read once from EAGLE_PROBE_* environment variables into one frozen object.
+
+Environment variables are the only channel that reaches SGLang's spawned scheduler processes.
+"""
+
+import os
+from dataclasses import dataclass
+from typing import Mapping, Optional
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+INNER_FORWARD_MODES = ("auto", "on", "off")
+
+# Launch flags under which SGLang dynamo-traces the inner model forward; a wrapper there would
+# be traced into (or break) a fullgraph compile, so inner-forward wrappers stay off.
+COMPILE_FLAGS = ("--enable-torch-compile", "--enable-piecewise-cuda-graph")
+
+
+class ConfigError(ValueError):
+    """A bad EAGLE_PROBE_* value; the message names the variable and what it accepts."""
+
+    def __init__(self, variable: str, value: str, accepted: str):
+        self.variable = variable
+        self.value = value
+        self.accepted = accepted
+        super().__init__(f"{variable}={value!r} is not valid; accepted: {accepted}")
+
+
+@dataclass(frozen=True)
+class ProbeConfig:
+    enabled: bool = True
+    log_dir: Optional[str] = None
+    log_level: str = "info"
+    metrics_port: Optional[int] = None
+    summary_interval_s: float = 60.0
+    log_every_forward: bool = False
+    inner_forward: str = "auto"
+
+    def to_env(self) -> dict:
+        """The variables that reproduce this configuration in a child process."""
+        env = {
+            "EAGLE_PROBE_ENABLED": "1" if self.enabled else "0",
+            "EAGLE_PROBE_LOG_LEVEL": self.log_level,
+            "EAGLE_PROBE_SUMMARY_INTERVAL_S": repr(self.summary_interval_s),
+            "EAGLE_PROBE_LOG_EVERY_FORWARD": "1" if self.log_every_forward else "0",
+            "EAGLE_PROBE_INNER_FORWARD": self.inner_forward,
+        }
+        if self.log_dir:
+            env["EAGLE_PROBE_LOG_DIR"] = self.log_dir
+        if self.metrics_port is not None:
+            env["EAGLE_PROBE_METRICS_PORT"] = str(self.metrics_port)
+        return env
+
+
+def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ConfigError(name, raw, "1/0, true/false, yes/no, on/off")
+
+
+def _choice(env: Mapping[str, str], name: str, default: str, choices) -> str:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    value = raw.strip().lower()
+    if value not in choices:
+        raise ConfigError(name, raw, ", ".join(choices))
+    return value
+
+
+def _port(env: Mapping[str, str], name: str) -> Optional[int]:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return None
+    try:
+        port = int(raw)
+    except ValueError:
+        raise ConfigError(name, raw, "an integer TCP port 1-65535") from None
+    if not 1 <= port <= 65535:
+        raise ConfigError(name, raw, "an integer TCP port 1-65535")
+    return port
+
+
+def _positive_float(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(name, raw, "a number of seconds > 0") from None
+    if not value > 0 or value == float("inf"):
+        raise ConfigError(name, raw, "a number of seconds > 0")
+    return value
+
+
+def load_config(env: Optional[Mapping[str, str]] = None) -> ProbeConfig:
+    """Parse EAGLE_PROBE_* variables; raises ConfigError on the first bad one."""
+    env = os.environ if env is None else env
+    log_dir = env.get("EAGLE_PROBE_LOG_DIR") or None
+    return ProbeConfig(
+        enabled=_bool(env, "EAGLE_PROBE_ENABLED", True),
+        log_dir=log_dir,
+        log_level=_choice(env, "EAGLE_PROBE_LOG_LEVEL", "info", LOG_LEVELS),
+        metrics_port=_port(env, "EAGLE_PROBE_METRICS_PORT"),
+        summary_interval_s=_positive_float(env, "EAGLE_PROBE_SUMMARY_INTERVAL_S", 60.0),
+        log_every_forward=_bool(env, "EAGLE_PROBE_LOG_EVERY_FORWARD", False),
+        inner_forward=_choice(env, "EAGLE_PROBE_INNER_FORWARD", "auto", INNER_FORWARD_MODES),
+    )
+
+
+def inner_forward_enabled(config: ProbeConfig, argv) -> bool:
+    """Whether to wrap inner model forwards, resolving 'auto' from the launch command."""
+    if config.inner_forward != "auto":
+        return config.inner_forward == "on"
+    return not any(arg.split("=", 1)[0] in COMPILE_FLAGS for arg in argv)

@@ -1,0 +1,90 @@
+"""Patch targets and their installation through wrapt post-import hooks.
+
+Each integration declares (module, qualified name, wrapper). A target is patched when its module is
+imported, or at once if it already is; a missing target is skipped with one event and a counter.
+Uninstall puts back the exact objects that were in the class or module dict.
+"""
+
+import sys
+from dataclasses import dataclass
+from typing import Callable, Tuple
+
+import wrapt
+
+from ..state import STATE
+
+
+@dataclass(frozen=True)
+class PatchTarget:
+    module: str
+    qualname: str  # "Class.method" or "function"
+    wrapper: Callable  # wrapt signature: (wrapped, instance, args, kwargs)
+    inner_forward: bool = False  # an inner model forward: off under torch.compile / piecewise graphs
+
+
+@dataclass(frozen=True)
+class Integration:
+    name: str
+    targets: Tuple[PatchTarget, ...]
+
+
+class Patcher:
+    def __init__(self):
+        self._applied = {}  # (module, qualname) -> (owner, attr, original, proxy, owned)
+        self._hooked = set()  # modules with a post-import hook (wrapt cannot unregister them)
+        self.enabled = False
+
+    def install(self, integrations):
+        self.enabled = True
+        for integration in integrations:
+            for target in integration.targets:
+                if target.inner_forward and not STATE.inner_forward:
+                    continue
+                if target.module in sys.modules:
+                    self._apply(integration, target, sys.modules[target.module])
+                if (integration.name, target) not in self._hooked:
+                    self._hooked.add((integration.name, target))
+                    wrapt.register_post_import_hook(self._hook(integration, target), target.module)
+
+    def _hook(self, integration, target):
+        def on_import(module):
+            if self.enabled:
+                self._apply(integration, target, module)
+        return on_import
+
+    def _apply(self, integration: Integration, target: PatchTarget, module):
+        key = (target.module, target.qualname)
+        if key in self._applied:
+            return
+        try:
+            *path, attr = target.qualname.split(".")
+            owner = module
+            for part in path:
+                owner = getattr(owner, part)
+            owned = attr in vars(owner)  # inherited attributes are deleted again, not copied down
+            original = vars(owner)[attr] if owned else getattr(owner, attr)
+        except (AttributeError, KeyError) as exc:
+            if STATE.recorder is not None:
+                STATE.recorder.integration_skipped(integration.name, f"{target.module}.{target.qualname}",
+                                                   f"not found in installed SGLang: {exc}")
+            return
+        proxy = wrapt.FunctionWrapper(original, target.wrapper)
+        setattr(owner, attr, proxy)
+        self._applied[key] = (owner, attr, original, proxy, owned)
+
+    def uninstall(self):
+        self.enabled = False
+        for owner, attr, original, proxy, owned in self._applied.values():
+            if vars(owner).get(attr) is not proxy:
+                continue  # someone else replaced it since; leave theirs in place
+            if owned:
+                setattr(owner, attr, original)
+            else:
+                delattr(owner, attr)
+        self._applied.clear()
+
+    def applied(self):
+        return sorted(f"{m}.{q}" for m, q in self._applied)
+
+
+PATCHER = Patcher()

@@ -1,0 +1,38 @@
+"""Is a CUDA graph being captured right now? Read without touching device values.
+
+Two sources: torch's stream-capture flag (universal) and SGLang's own capture-mode flag, whose home
+moved between releases (read the function, never import the variable: it is rebound).
+"""
+
+import sys
+
+_FLAG_HOMES = (
+    "sglang.srt.model_executor.runner_utils.capture_mode",  # 0.5.23
+    "sglang.srt.model_executor.cuda_graph_runner",  # 0.5.8
+)
+_sglang_flag = None
+_stream_flag = None
+
+
+def _resolve():
+    global _sglang_flag, _stream_flag
+    if _stream_flag is None:
+        import torch  # already imported by SGLang when a model forward runs
+
+        cuda = torch.cuda.is_available()
+        # Without a CUDA context this returns False and creates none.
+        _stream_flag = torch.cuda.is_current_stream_capturing if cuda else (lambda: False)
+    for name in _FLAG_HOMES:
+        module = sys.modules.get(name)
+        getter = getattr(module, "get_is_capture_mode", None) if module is not None else None
+        if getter is not None:
+            _sglang_flag = getter
+            break
+
+
+def is_capturing() -> bool:
+    if _sglang_flag is None:
+        _resolve()
+    if _sglang_flag is not None and _sglang_flag():
+        return True
+    return _stream_flag()

@@ -1,0 +1,154 @@
+"""Target side: DeepSeek-V2/V3 (and Kimi-K2.x, whose language model is DeepseekV3ForCausalLM).
+
+Wraps DeepseekV2Model.forward (per forward: path, TBO split, aux states returned) and
+DeepseekV2ForCausalLM.set_eagle3_layers_to_capture (capture configuration). Subclasses that inherit
+these methods are covered by the same wrappers.
+"""
+
+import sys
+
+from ..analysis.layers import split_layers
+from ..observations import CaptureConfigured, TargetForward
+from ..roles import role_of
+from ..state import STATE
+from .base import Integration, PatchTarget
+from .capture_state import is_capturing
+
+MODULE = "sglang.srt.models.deepseek_v2"
+
+# Callers that configure capture while CUDA graphs are being set up (0.5.8 calls the setter with no
+# ids from CudaGraphRunner.__init__ and from ModelRunner._dummy_run).
+_GRAPH_SETUP_MARKERS = ("CudaGraphRunner.", "._dummy_run", "capture_one_batch_size")
+_OWN_FILES = ("/eagle_probe/", "/wrapt/")
+
+
+def _caller_chain(depth: int = 12):
+    """Qualified names of the SGLang frames above the setter call, nearest first."""
+    names = []
+    frame = sys._getframe(2)
+    while frame is not None and len(names) < depth:
+        code = frame.f_code
+        if not any(part in code.co_filename for part in _OWN_FILES):
+            module = frame.f_globals.get("__name__", "?")
+            names.append(f"{module}.{getattr(code, 'co_qualname', code.co_name)}")
+        frame = frame.f_back
+    return names
+
+
+def _observe_capture_config(instance, layer_ids):
+    inner = instance.model
+    chain = _caller_chain()
+    pp_group = getattr(instance, "pp_group", None)
+    num_layers = int(instance.config.num_hidden_layers)
+    STATE.recorder.capture_configured(CaptureConfigured(
+        model_class=type(instance).__name__,
+        role=role_of(instance),
+        requested_ids=None if layer_ids is None else tuple(int(i) for i in layer_ids),
+        layers_to_capture=tuple(int(i) for i in getattr(inner, "layers_to_capture", ())),
+        num_layers=num_layers,
+        first_k_dense_replace=getattr(inner, "first_k_dense_replace", None),
+        start_layer=int(getattr(inner, "start_layer", 0)),
+        end_layer=int(getattr(inner, "end_layer", num_layers)),
+        is_last_pp_stage=bool(getattr(pp_group, "is_last_rank", True)),
+        caller=chain[0] if chain else "?",
+        during_graph_setup=any(marker in name for name in chain for marker in _GRAPH_SETUP_MARKERS),
+    ))
+
+
+def set_eagle3_layers_to_capture_wrapper(wrapped, instance, args, kwargs):
+    result = wrapped(*args, **kwargs)
+    if STATE.active:
+        try:
+            layer_ids = args[0] if args else kwargs.get("layer_ids")
+            _observe_capture_config(instance, layer_ids)
+        except Exception as exc:
+            STATE.report_error("deepseek_v2.set_eagle3_layers_to_capture", exc)
+    return result
+
+
+class _ForwardFacts:
+    """What is known before the forward runs; completed from its result."""
+
+    __slots__ = ("instance", "mode", "can_run_tbo", "layers", "split", "capturing", "tokens")
+
+
+_split_cache = {}
+
+
+def _before_forward(instance, args, kwargs):
+    forward_batch = args[2] if len(args) > 2 else kwargs["forward_batch"]
+    input_ids = args[0] if args else kwargs.get("input_ids")
+    facts = _ForwardFacts()
+    facts.instance = instance
+    facts.mode = forward_batch.forward_mode.name
+    facts.can_run_tbo = bool(forward_batch.can_run_tbo)
+    facts.layers = tuple(instance.layers_to_capture)
+    key = (instance.start_layer, instance.end_layer, getattr(instance, "first_k_dense_replace", None),
+           facts.can_run_tbo)
+    split = _split_cache.get(key)
+    if split is None:
+        split = _split_cache[key] = split_layers(*key)
+    facts.split = split
+    facts.capturing = is_capturing()
+    facts.tokens = int(input_ids.shape[0]) if input_ids is not None else 0
+    return facts
+
+
+def _after_forward(facts, result, error):
+    instance = facts.instance
+    aux_shape, slot_widths, dtype, aux_returned, aux_format = None, (), None, None, "error"
+    if error is None:
+        if isinstance(result, tuple) and len(result) == 2:
+            hidden, aux = result
+            dtype = str(hidden.dtype).replace("torch.", "")
+            if isinstance(aux, (list, tuple)):
+                aux_format, aux_returned = "list", len(aux)
+                slot_widths = tuple(int(t.shape[-1]) for t in aux)
+            else:
+                aux_format, aux_shape = "packed", tuple(int(d) for d in aux.shape)
+                width = int(hidden.shape[-1])
+                aux_returned = aux_shape[-1] // width if width else None
+                slot_widths = (width,) * (aux_returned or 0)
+        elif hasattr(result, "shape"):
+            aux_format, aux_returned, dtype = "none", 0, str(result.dtype).replace("torch.", "")
+        else:
+            aux_format = "pp_proxy"  # not the last pipeline stage: nothing is captured here
+    num_layers = int(instance.config.num_hidden_layers) if hasattr(instance, "config") else instance.end_layer
+    STATE.recorder.target_forward(TargetForward(
+        model_class=type(instance).__name__, role=role_of(instance), mode=facts.mode,
+        capturing=facts.capturing, can_run_tbo=facts.can_run_tbo, layers_to_capture=facts.layers,
+        num_layers=num_layers, normal_range=facts.split.normal, tbo_range=facts.split.tbo,
+        lost=facts.split.lost(facts.layers), tokens=facts.tokens, aux_expected=len(facts.layers),
+        aux_returned=aux_returned, aux_format=aux_format, aux_shape=aux_shape, slot_widths=slot_widths,
+        dtype=dtype, error=None if error is None else f"{type(error).__name__}: {error}"[:300]))
+
+
+def model_forward_wrapper(wrapped, instance, args, kwargs):
+    if not STATE.active:
+        return wrapped(*args, **kwargs)
+    try:
+        facts = _before_forward(instance, args, kwargs)
+    except Exception as exc:
+        STATE.report_error("deepseek_v2.forward.before", exc)
+        facts = None
+    try:
+        result = wrapped(*args, **kwargs)
+    except Exception as error:
+        if facts is not None:
+            try:
+                _after_forward(facts, None, error)
+            except Exception as exc:
+                STATE.report_error("deepseek_v2.forward.after", exc)
+        raise
+    if facts is not None:
+        try:
+            _after_forward(facts, result, None)
+        except Exception as exc:
+            STATE.report_error("deepseek_v2.forward.after", exc)
+    return result
+
+
+INTEGRATION = Integration("deepseek_v2", (
+    PatchTarget(MODULE, "DeepseekV2ForCausalLM.set_eagle3_layers_to_capture", set_eagle3_layers_to_capture_wrapper),
+    PatchTarget(MODULE, "DeepseekV2Model.forward", model_forward_wrapper, inner_forward=True),
+))

@@ -1,0 +1,82 @@
+"""Observations: frozen plain values, the only thing that crosses from SGLang's world into the probe."""
+
+from dataclasses import dataclass, field
+from typing import Optional, Tuple
+
+
+@dataclass(frozen=True)
+class Ranks:
+    tp_rank: Optional[int] = None
+    tp_size: Optional[int] = None
+    pp_rank: Optional[int] = None
+    dp_rank: Optional[int] = None
+
+    def labels(self) -> dict:
+        return {k: ("" if v is None else str(v)) for k, v in
+                (("tp_rank", self.tp_rank), ("pp_rank", self.pp_rank), ("dp_rank", self.dp_rank))}
+
+    def fields(self) -> dict:
+        return {"tp_rank": self.tp_rank, "tp_size": self.tp_size, "pp_rank": self.pp_rank, "dp_rank": self.dp_rank}
+
+
+@dataclass(frozen=True)
+class CaptureConfigured:
+    """One call of set_eagle3_layers_to_capture, after it returned."""
+
+    model_class: str
+    role: str
+    requested_ids: Optional[Tuple[int, ...]]
+    layers_to_capture: Tuple[int, ...]
+    num_layers: int
+    first_k_dense_replace: Optional[int]
+    start_layer: int
+    end_layer: int
+    is_last_pp_stage: bool
+    caller: str  # qualified name of the SGLang function that made the call
+    during_graph_setup: bool
+
+
+@dataclass(frozen=True)
+class TargetForward:
+    """One Python-level run of DeepseekV2Model.forward (eager steps and CUDA-graph capture runs)."""
+
+    model_class: str
+    role: str
+    mode: str
+    capturing: bool  # a CUDA graph is being captured (the stream flag or SGLang's capture mode)
+    can_run_tbo: bool
+    layers_to_capture: Tuple[int, ...]
+    num_layers: int
+    normal_range: Tuple[int, int]
+    tbo_range: Optional[Tuple[int, int]]
+    lost: Tuple[int, ...]
+    tokens: int
+    aux_expected: int
+    aux_returned: Optional[int]  # None when the forward raised
+    aux_format: str  # packed | list | none | error
+    aux_shape: Optional[Tuple[int, ...]]  # packed shape, or None
+    slot_widths: Tuple[int, ...]
+    dtype: Optional[str]
+    error: Optional[str] = None  # "ExcType: message" raised by SGLang (re-raised unchanged)
+
+    @property
+    def path(self) -> str:
+        return "graph_capture" if self.capturing else "eager"
+
+    def signature(self) -> tuple:
+        """Everything but the token count: a change here is worth a log line."""
+        return (self.model_class, self.role, self.mode, self.capturing, self.can_run_tbo,
+                self.layers_to_capture, self.normal_range, self.tbo_range, self.aux_returned,
+                self.aux_format, None if self.aux_shape is None else self.aux_shape[1:],
+                self.slot_widths, self.dtype, self.error)
+
+
+@dataclass(frozen=True)
+class Finding:
+    code: str
+    severity: str  # error | warning | info
+    message: str
+    evidence: Tuple[Tuple[str, object], ...] = field(default_factory=tuple)
+
+    def evidence_dict(self) -> dict:
+        return dict(self.evidence)

@@ -1,0 +1,203 @@
+"""The recorder: per-process state between observations and sinks.
+
+It logs a fact on first sight and on change (never a line per forward by default), keeps counters,
+runs the diagnosis rules when something new is seen, and writes a periodic summary. Any exception in
+a sink is counted and logged once; the caller never sees it.
+"""
+
+import time
+from collections import Counter
+from typing import Callable, Optional
+
+from . import __version__
+from .analysis import findings as rules_mod
+from .analysis.layers import capture_label, explain_mapping
+from .config import ProbeConfig
+from .observations import CaptureConfigured, Finding, Ranks, TargetForward
+from .versions import VersionRules
+
+EV_STARTED = "eagle_probe.started"
+EV_CONFIG_ERROR = "eagle_probe.config_error"
+EV_SKIPPED = "eagle_probe.integration.skipped"
+EV_CAPTURE_CONFIGURED = "eagle_probe.capture.configured"
+EV_TARGET_FORWARD = "eagle_probe.target.forward"
+EV_FINDING = "eagle_probe.finding"
+EV_SUMMARY = "eagle_probe.summary"
+EV_INTERNAL_ERROR = "eagle_probe.internal_error"
+
+
+class Recorder:
+    def __init__(self, config: ProbeConfig, rules: VersionRules, sglang_version: Optional[str], logs,
+                 read_ranks: Callable[[], Optional[Ranks]], make_metrics: Optional[Callable] = None,
+                 clock=time.monotonic):
+        self.config = config
+        self.rules = rules
+        self.sglang_version = sglang_version
+        self.logs = logs
+        self._read_ranks = read_ranks
+        self._make_metrics = make_metrics
+        self._clock = clock
+        self.ranks: Optional[Ranks] = None
+        self.metrics = None
+        self._pending_skips = []
+        self._signatures = {}
+        self._seen_findings = set()
+        self._errors_logged = set()
+        self._graph_layers = {}  # (role, class) -> layers seen in graph capture / graph set-up
+        self._eager_layers = {}  # (role, class) -> layers seen in eager forwards / configured calls
+        self._counts = Counter()
+        self._lost_total = 0
+        self._findings_total = Counter()
+        self._errors_total = 0
+        self._last_summary = clock()
+
+    # -- process context ---------------------------------------------------------------------
+
+    def _ensure_ranks(self) -> bool:
+        """Ranks exist only in worker processes after distributed init; metrics start then."""
+        if self.ranks is not None:
+            return True
+        ranks = self._read_ranks()
+        if ranks is None:
+            return False
+        self.ranks = ranks
+        self.logs.bind(**ranks.fields())
+        if self._make_metrics is not None:
+            try:
+                self.metrics = self._make_metrics(ranks)
+                self.metrics.set_info(__version__, self.sglang_version or "unknown", self.rules.capture_id_rule)
+                for integration, target in self._pending_skips:
+                    self.metrics.integration_skipped(integration, target)
+            except Exception as exc:  # a port in use must not stop the logs
+                self.metrics = None
+                self.internal_error("metrics.start", exc)
+        self._pending_skips.clear()
+        self.logs.emit("info", EV_STARTED, probe_version=__version__, sglang_version=self.sglang_version,
+                       rules=self.rules.describe(), metrics_port=getattr(self.metrics, "port", None),
+                       metrics_multiprocess=getattr(self.metrics, "multiprocess", None))
+        return True
+
+    def _metric(self, method: str, *args):
+        if self.metrics is None:
+            return
+        try:
+            getattr(self.metrics, method)(*args)
+        except Exception as exc:
+            self.internal_error(f"metrics.{method}", exc)
+
+    # -- inputs --------------------------------------------------------------------------------
+
+    def integration_skipped(self, integration: str, target: str, reason: str):
+        self.logs.emit("warning", EV_SKIPPED, integration=integration, target=target, reason=reason,
+                       sglang_version=self.sglang_version)
+        if self.metrics is not None:
+            self._metric("integration_skipped", integration, target)
+        else:
+            self._pending_skips.append((integration, target))
+
+    def internal_error(self, where: str, exc: BaseException):
+        self._errors_total += 1
+        if self.metrics is not None:
+            try:
+                self.metrics.internal_error(where)
+            except Exception:
+                pass
+        if where not in self._errors_logged:
+            self._errors_logged.add(where)
+            try:
+                self.logs.emit("error", EV_INTERNAL_ERROR, where=where, error=f"{type(exc).__name__}: {exc}")
+            except Exception:
+                pass
+
+    def capture_configured(self, obs: CaptureConfigured):
+        self._ensure_ranks()
+        slots = [(slot, index, index, capture_label(index, obs.num_layers))
+                 for slot, index in enumerate(obs.layers_to_capture)]
+        self.logs.emit(
+            "info", EV_CAPTURE_CONFIGURED, model_class=obs.model_class, role=obs.role,
+            requested_ids=None if obs.requested_ids is None else list(obs.requested_ids),
+            layers_to_capture=list(obs.layers_to_capture),
+            mapping=explain_mapping(obs.requested_ids, obs.layers_to_capture, obs.num_layers),
+            version_rule=self.rules.capture_id_rule,
+            slots=[{"slot": s, "capture_index": i, "hf_index": h, "label": lab} for s, i, h, lab in slots],
+            num_layers=obs.num_layers, first_k_dense_replace=obs.first_k_dense_replace,
+            layer_range=[obs.start_layer, obs.end_layer], is_last_pp_stage=obs.is_last_pp_stage,
+            caller=obs.caller, during_graph_setup=obs.during_graph_setup)
+        if obs.is_last_pp_stage:
+            self._metric("capture_layers", obs.role, slots)
+        for finding in rules_mod.capture_config_findings(obs, self.rules):
+            self.finding(finding, obs.role)
+        key = (obs.role, obs.model_class)
+        store = self._graph_layers if obs.during_graph_setup else self._eager_layers
+        store[key] = ("configuration", obs.layers_to_capture)
+        self._check_graph_vs_eager(key, obs.num_layers)
+
+    def target_forward(self, obs: TargetForward):
+        self._ensure_ranks()
+        self._counts[(obs.role, obs.mode, obs.path, obs.can_run_tbo)] += 1
+        self._lost_total += len(obs.lost)
+        self._metric("forward", obs)
+        key = (obs.role, obs.model_class, obs.path)
+        signature = obs.signature()
+        if self._signatures.get(key) != signature:
+            self._signatures[key] = signature
+            self._log_forward(obs, first=True)
+            self._metric("forward_shapes", obs)
+            for finding in rules_mod.forward_findings(obs):
+                self.finding(finding, obs.role)
+            pair = (obs.role, obs.model_class)
+            store = self._graph_layers if obs.capturing else self._eager_layers
+            store[pair] = ("forward", obs.layers_to_capture)
+            self._check_graph_vs_eager(pair, obs.num_layers)
+        elif self.config.log_every_forward:
+            self._log_forward(obs, first=False)
+        self._maybe_summary()
+
+    def finding(self, finding: Finding, role: str):
+        key = (finding.code, role, repr(finding.evidence))
+        if key in self._seen_findings:
+            return
+        self._seen_findings.add(key)
+        self._findings_total[finding.code] += 1
+        self.logs.emit("warning" if finding.severity != "error" else "error", EV_FINDING, code=finding.code,
+                       severity=finding.severity, role=role, message=finding.message,
+                       evidence=finding.evidence_dict())
+        self._metric("finding", finding, role)
+
+    # -- internals -------------------------------------------------------------------------------
+
+    def _check_graph_vs_eager(self, key, num_layers):
+        graph, eager = self._graph_layers.get(key), self._eager_layers.get(key)
+        if graph is None or eager is None:
+            return
+        source = graph[0] if graph[0] == eager[0] else f"{graph[0]}/{eager[0]}"
+        for finding in rules_mod.graph_eager_findings(key[1], graph[1], eager[1], source, num_layers):
+            self.finding(finding, key[0])
+
+    def _log_forward(self, obs: TargetForward, first: bool):
+        self.logs.emit(
+            "info" if first else "debug", EV_TARGET_FORWARD, model_class=obs.model_class, role=obs.role,
+            mode=obs.mode, path=obs.path, capturing=obs.capturing, can_run_tbo=obs.can_run_tbo,
+            layers_to_capture=list(obs.layers_to_capture),
+            slot_labels=[capture_label(i, obs.num_layers) for i in obs.layers_to_capture],
+            normal_layers=list(obs.normal_range), tbo_layers=None if obs.tbo_range is None else list(obs.tbo_range),
+            lost=list(obs.lost), tokens=obs.tokens, aux_expected=obs.aux_expected, aux_returned=obs.aux_returned,
+            aux_format=obs.aux_format, aux_shape=None if obs.aux_shape is None else list(obs.aux_shape),
+            slot_widths=list(obs.slot_widths), dtype=obs.dtype, error=obs.error)
+
+    def _maybe_summary(self, force: bool = False):
+        now = self._clock()
+        if not force and now - self._last_summary < self.config.summary_interval_s:
+            return
+        self._last_summary = now
+        self.logs.emit(
+            "info", EV_SUMMARY,
+            forwards=[{"role": r, "mode": m, "path": p, "tbo": t, "count": c}
+                      for (r, m, p, t), c in sorted(self._counts.items())],
+            captures_lost=self._lost_total, findings=dict(self._findings_total),
+            internal_errors=self._errors_total)
+
+    def flush(self):
+        """Write a final summary (at uninstall or process exit)."""
+        if self._counts:
+            self._maybe_summary(force=True)

@@ -1,0 +1,1 @@
+"""Where the probe's facts go: JSON log lines and Prometheus metrics."""

@@ -1,0 +1,104 @@
+"""Prometheus metrics, created lazily inside the process that observes something.
+
+prometheus_client chooses single- or multi-process mode when it is imported, and SGLang sets
+PROMETHEUS_MULTIPROC_DIR only during start-up, so nothing here imports it at module level.
+"""
+
+import os
+from typing import Optional
+
+from ..observations import Finding, Ranks, TargetForward
+
+RANK_LABELS = ("tp_rank", "pp_rank", "dp_rank")
+
+
+class MetricsSink:
+    def __init__(self, ranks: Ranks, metrics_port: Optional[int] = None, registry=None):
+        import prometheus_client as prom
+
+        self.multiprocess = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
+        self._rank = ranks.labels()
+        self.port = None
+        kw = {} if registry is None else {"registry": registry}
+        self._label_names = {}
+
+        def counter(name, doc, labels):
+            metric = prom.Counter(name, doc, labels + RANK_LABELS, **kw)
+            self._label_names[id(metric)] = labels
+            return metric
+
+        def gauge(name, doc, labels):
+            # mostrecent: one value per label set across processes, not one per pid.
+            metric = prom.Gauge(name, doc, labels + RANK_LABELS, multiprocess_mode="mostrecent", **kw)
+            self._label_names[id(metric)] = labels
+            return metric
+
+        self.info = gauge("eagle_probe_info", "Probe and SGLang versions in this process (value 1).",
+                          ("probe_version", "sglang_version", "rules"))
+        self.forwards = counter("eagle_probe_target_forwards_total",
+                                "Python-level DeepseekV2Model forwards (eager steps and CUDA-graph capture runs).",
+                                ("role", "mode", "path", "tbo"))
+        self.layer_info = gauge("eagle_probe_capture_layer_info",
+                                "Configured aux capture slots (1 = current, 0 = replaced).",
+                                ("role", "slot", "capture_index", "hf_index", "label"))
+        self.aux_width = gauge("eagle_probe_aux_width", "Width of the packed aux hidden states per token (K * H).",
+                               ("role", "path"))
+        self.aux_states = gauge("eagle_probe_aux_states", "Aux hidden states returned by the last forward.",
+                                ("role", "path"))
+        self.lost = counter("eagle_probe_captures_lost_total",
+                            "Capture slots that fell in the Two-Batch-Overlap layer range, per forward run.",
+                            ("role", "mode"))
+        self.findings = counter("eagle_probe_findings_total", "Findings emitted, by code.",
+                                ("code", "severity", "role"))
+        self.errors = counter("eagle_probe_internal_errors_total",
+                              "Exceptions inside the probe (never raised into SGLang).", ("where",))
+        self.skipped = counter("eagle_probe_integration_skipped_total",
+                               "Patch targets missing from the installed SGLang.", ("integration", "target"))
+        self._children = {}
+        self._layer_series = {}
+
+        if metrics_port is not None and not self.multiprocess:
+            # Own exporter only when SGLang's /metrics does not serve us; one port per TP rank.
+            self.port = metrics_port + (ranks.tp_rank or 0)
+            prom.start_http_server(self.port, addr="127.0.0.1", **kw)
+
+    def _child(self, metric, *values):
+        key = (id(metric),) + values
+        child = self._children.get(key)
+        if child is None:
+            labels = dict(zip(self._label_names[id(metric)], values))
+            labels.update(self._rank)
+            child = self._children[key] = metric.labels(**labels)
+        return child
+
+    def set_info(self, probe_version: str, sglang_version: str, rules: str):
+        self._child(self.info, probe_version, sglang_version, rules).set(1)
+
+    def forward(self, obs: TargetForward):
+        self._child(self.forwards, obs.role, obs.mode, obs.path, "true" if obs.can_run_tbo else "false").inc()
+        if obs.lost:
+            self._child(self.lost, obs.role, obs.mode).inc(len(obs.lost))
+
+    def forward_shapes(self, obs: TargetForward):
+        width = obs.aux_shape[-1] if obs.aux_shape else sum(obs.slot_widths)
+        self._child(self.aux_width, obs.role, obs.path).set(width)
+        if obs.aux_returned is not None:
+            self._child(self.aux_states, obs.role, obs.path).set(obs.aux_returned)
+
+    def capture_layers(self, role: str, slots):
+        """slots: [(slot, capture_index, hf_index, label)]; earlier series of this role drop to 0."""
+        current = {(role,) + tuple(str(v) for v in slot) for slot in slots}
+        for key in self._layer_series.get(role, set()) - current:
+            self._child(self.layer_info, *key).set(0)
+        for key in current:
+            self._child(self.layer_info, *key).set(1)
+        self._layer_series[role] = current
+
+    def finding(self, finding: Finding, role: str):
+        self._child(self.findings, finding.code, finding.severity, role).inc()
+
+    def internal_error(self, where: str):
+        self._child(self.errors, where).inc()
+
+    def integration_skipped(self, integration: str, target: str):
+        self._child(self.skipped, integration, target).inc()

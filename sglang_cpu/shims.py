@@ -1,0 +1,55 @@
+"""Stand-ins that let SGLang 0.5.23 run on the CPU. Applied by tests and the example only."""
+
+import sys
+import types
+
+import wrapt
+
+_applied = False
+
+
+def _install_vllm_rotary_stand_in():
+    # The rotary module imports vllm._custom_ops.rotary_embedding at module level on a
+    # non-CUDA, non-CPU-engine machine; the native path runs and never calls it.
+    try:
+        import vllm._custom_ops  # noqa: F401
+        return
+    except ImportError:
+        pass
+    vllm = types.ModuleType("vllm")
+    vllm.__path__ = []
+    custom_ops = types.ModuleType("vllm._custom_ops")
+
+    def rotary_embedding(*args, **kwargs):
+        raise RuntimeError("CPU stand-in: vllm rotary_embedding is not available")
+
+    custom_ops.rotary_embedding = rotary_embedding
+    vllm._custom_ops = custom_ops
+    sys.modules.setdefault("vllm", vllm)
+    sys.modules.setdefault("vllm._custom_ops", custom_ops)
+
+
+def _route_torch_native_to_absorbed_mla(module):
+    # torch_native has no DeepSeek handler; the Triton fallback picks MHA for fresh prefills,
+    # which torch_native cannot run against the compressed MLA cache.
+    module.AttentionBackendRegistry.register("torch_native", module._dispatch_mla_subtype)
+
+
+def _skip_kv_copy_warmup(module):
+    # The draft's MHA pool warms up a Triton copy kernel that needs a GPU driver.
+    pool = getattr(module, "MHATokenToKVPool", None)
+    if pool is not None and hasattr(pool, "_init_kv_copy_and_warmup"):
+        pool._init_kv_copy_and_warmup = lambda self, *a, **k: None
+
+
+def apply():
+    global _applied
+    if _applied:
+        return
+    _applied = True
+    _install_vllm_rotary_stand_in()
+    wrapt.register_post_import_hook(
+        _route_torch_native_to_absorbed_mla,
+        "sglang.srt.models.deepseek_common.attention_backend_handler",
+    )
+    wrapt.register_post_import_hook(_skip_kv_copy_warmup, "sglang.srt.mem_cache.memory_pool")
