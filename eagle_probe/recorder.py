@@ -141,7 +141,7 @@ class Recorder:
         signature = obs.signature()
         if self._signatures.get(key) != signature:
             self._signatures[key] = signature
-            self._log_forward(obs, first=True)
+            self._log_forward(obs)
             self._metric("forward_shapes", obs)
             for finding in rules_mod.forward_findings(obs):
                 self.finding(finding, obs.role)
@@ -150,7 +150,7 @@ class Recorder:
             store[pair] = ("forward", obs.layers_to_capture)
             self._check_graph_vs_eager(pair, obs.num_layers)
         elif self.config.log_every_forward:
-            self._log_forward(obs, first=False)
+            self._log_forward(obs)
         self._maybe_summary()
 
     def finding(self, finding: Finding, role: str):
@@ -174,9 +174,9 @@ class Recorder:
         for finding in rules_mod.graph_eager_findings(key[1], graph[1], eager[1], source, num_layers):
             self.finding(finding, key[0])
 
-    def _log_forward(self, obs: TargetForward, first: bool):
+    def _log_forward(self, obs: TargetForward):
         self.logs.emit(
-            "info" if first else "debug", EV_TARGET_FORWARD, model_class=obs.model_class, role=obs.role,
+            "info", EV_TARGET_FORWARD, model_class=obs.model_class, role=obs.role,
             mode=obs.mode, path=obs.path, capturing=obs.capturing, can_run_tbo=obs.can_run_tbo,
             layers_to_capture=list(obs.layers_to_capture),
             slot_labels=[capture_label(i, obs.num_layers) for i in obs.layers_to_capture],

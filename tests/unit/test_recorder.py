@@ -1,0 +1,166 @@
+"""Recorder logic on plain observations (pure Python; the wrappers are proven on real SGLang elsewhere)."""
+
+import io
+import json
+
+import prometheus_client
+import pytest
+
+from eagle_probe.config import ProbeConfig
+from eagle_probe.observations import CaptureConfigured, Ranks, TargetForward
+from eagle_probe.recorder import Recorder
+from eagle_probe.sinks.logs import LogSink
+from eagle_probe.sinks.metrics import MetricsSink
+from eagle_probe.versions import RULES
+
+RULES_0_5_8, RULES_0_5_23 = RULES
+
+
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def make(rules=RULES_0_5_23, interval=60.0, every=False):
+    stream, registry, clock = io.StringIO(), prometheus_client.CollectorRegistry(), Clock()
+    recorder = Recorder(ProbeConfig(summary_interval_s=interval, log_every_forward=every), rules, "0.5.23",
+                        LogSink(stream=stream), lambda: Ranks(tp_rank=1, tp_size=2, pp_rank=0, dp_rank=None),
+                        lambda ranks: MetricsSink(ranks, registry=registry), clock=clock)
+    return recorder, stream, registry, clock
+
+
+def events(stream):
+    return [json.loads(line) for line in stream.getvalue().splitlines()]
+
+
+def forward(**kw):
+    base = dict(model_class="DeepseekV2Model", role="target", mode="EXTEND", capturing=False, can_run_tbo=False,
+                layers_to_capture=(2, 4, 5), num_layers=6, normal_range=(0, 6), tbo_range=None, lost=(),
+                tokens=7, aux_expected=3, aux_returned=3, aux_format="packed", aux_shape=(7, 192),
+                slot_widths=(64, 64, 64), dtype="float32")
+    base.update(kw)
+    return TargetForward(**base)
+
+
+def config(**kw):
+    base = dict(model_class="DeepseekV3ForCausalLM", role="target", requested_ids=(1, 3, 4),
+                layers_to_capture=(2, 4, 5), num_layers=6, first_k_dense_replace=1, start_layer=0, end_layer=6,
+                is_last_pp_stage=True, caller="x.initialize", during_graph_setup=False)
+    base.update(kw)
+    return CaptureConfigured(**base)
+
+
+def test_forward_logged_on_first_sight_and_change_only():
+    recorder, stream, registry, _ = make()
+    for tokens in (7, 9, 11):
+        recorder.target_forward(forward(tokens=tokens))
+    recorder.target_forward(forward(mode="TARGET_VERIFY", tokens=3))
+    fwd = [e for e in events(stream) if e["event"] == "eagle_probe.target.forward"]
+    assert [e["mode"] for e in fwd] == ["EXTEND", "TARGET_VERIFY"]
+    assert all(e["tp_rank"] == 1 and e["tp_size"] == 2 for e in fwd)
+    labels = dict(role="target", mode="EXTEND", path="eager", tbo="false", tp_rank="1", pp_rank="0", dp_rank="")
+    assert registry.get_sample_value("eagle_probe_target_forwards_total", labels) == 3
+
+
+def test_every_forward_mode_logs_each_call():
+    recorder, stream, _, _ = make(every=True)
+    for tokens in (7, 9, 11):
+        recorder.target_forward(forward(tokens=tokens))
+    assert sum(e["event"] == "eagle_probe.target.forward" for e in events(stream)) == 3
+
+
+def test_tbo_loss_gives_one_finding_and_counts_every_loss():
+    recorder, stream, registry, _ = make()
+    lost = forward(can_run_tbo=True, normal_range=(0, 1), tbo_range=(1, 6), lost=(2, 4, 5), aux_returned=None,
+                   aux_format="error", aux_shape=None, slot_widths=(),
+                   error="RuntimeError: captured 0 of 3 aux hidden states")
+    recorder.target_forward(lost)
+    recorder.target_forward(lost)
+    found = [e for e in events(stream) if e["event"] == "eagle_probe.finding"]
+    assert sorted(e["code"] for e in found) == ["aux_count_mismatch", "tbo_capture_lost"]
+    tbo = next(e for e in found if e["code"] == "tbo_capture_lost")
+    assert tbo["evidence"]["lost"] == [2, 4, 5] and "output of layer 1" in tbo["message"]
+    rank = dict(tp_rank="1", pp_rank="0", dp_rank="")
+    assert registry.get_sample_value("eagle_probe_captures_lost_total", dict(role="target", mode="EXTEND", **rank)) == 6
+    assert registry.get_sample_value("eagle_probe_findings_total",
+                                     dict(code="tbo_capture_lost", severity="error", role="target", **rank)) == 1
+
+
+def test_graph_setup_defaults_then_configured_ids_is_a_mismatch():
+    # 0.5.8 order: CudaGraphRunner.__init__ sets the defaults, ModelRunner.initialize the configured ids.
+    recorder, stream, _, _ = make(rules=RULES_0_5_8)
+    recorder.capture_configured(config(requested_ids=None, layers_to_capture=(2, 3, 3), during_graph_setup=True))
+    recorder.capture_configured(config(requested_ids=(1, 3, 4), layers_to_capture=(2, 4, 5)))
+    found = [e for e in events(stream) if e["event"] == "eagle_probe.finding"]
+    assert [e["code"] for e in found] == ["graph_eager_layer_mismatch"]
+    assert found[0]["evidence"]["graph_layers"] == [2, 3, 3]
+    assert found[0]["evidence"]["eager_layers"] == [2, 4, 5]
+
+
+def test_forward_capture_vs_eager_mismatch():
+    recorder, stream, _, _ = make()
+    recorder.target_forward(forward(capturing=True, layers_to_capture=(2, 3, 3)))
+    recorder.target_forward(forward(capturing=False))
+    assert [e["code"] for e in events(stream) if e["event"] == "eagle_probe.finding"] == ["graph_eager_layer_mismatch"]
+
+
+def test_configuration_layer_series_replaced_not_duplicated():
+    recorder, _, registry, _ = make()
+    recorder.capture_configured(config(requested_ids=(1, 3, 4), layers_to_capture=(2, 4, 5)))
+    recorder.capture_configured(config(requested_ids=(0, 2, 3), layers_to_capture=(0, 2, 3)))
+    rank = dict(tp_rank="1", pp_rank="0", dp_rank="")
+    slot0_old = dict(role="target", slot="0", capture_index="2", hf_index="2", label="output of layer 1", **rank)
+    slot0_new = dict(role="target", slot="0", capture_index="0", hf_index="0", label="embedding output", **rank)
+    assert registry.get_sample_value("eagle_probe_capture_layer_info", slot0_old) == 0
+    assert registry.get_sample_value("eagle_probe_capture_layer_info", slot0_new) == 1
+
+
+def test_unreachable_and_unexpected_rule_findings():
+    recorder, stream, _, _ = make(rules=RULES_0_5_8)
+    # 0.5.8 predicts +1 always; (0, 2, 3) from ids (0, 2, 3) is not what it would do, and index 0 crashes there.
+    recorder.capture_configured(config(requested_ids=(0, 2, 3), layers_to_capture=(0, 2, 3)))
+    codes = sorted(e["code"] for e in events(stream) if e["event"] == "eagle_probe.finding")
+    assert codes == ["capture_id_unreachable", "capture_rule_unexpected"]
+
+
+def test_summary_follows_the_interval():
+    recorder, stream, _, clock = make(interval=10.0)
+    recorder.target_forward(forward())
+    clock.now = 5.0
+    recorder.target_forward(forward())
+    assert not [e for e in events(stream) if e["event"] == "eagle_probe.summary"]
+    clock.now = 10.5
+    recorder.target_forward(forward())
+    summary = [e for e in events(stream) if e["event"] == "eagle_probe.summary"]
+    assert len(summary) == 1 and summary[0]["forwards"][0]["count"] == 3
+
+
+def test_metrics_sink_that_raises_is_counted_not_propagated():
+    recorder, stream, registry, _ = make()
+    recorder.target_forward(forward())  # starts the metrics sink
+
+    def boom(*_):
+        raise OSError("disk full")
+
+    recorder.metrics.forward = boom
+    recorder.target_forward(forward())
+    recorder.target_forward(forward())
+    errors = [e for e in events(stream) if e["event"] == "eagle_probe.internal_error"]
+    assert len(errors) == 1 and "disk full" in errors[0]["error"]
+    assert registry.get_sample_value("eagle_probe_internal_errors_total",
+                                     dict(where="metrics.forward", tp_rank="1", pp_rank="0", dp_rank="")) == 2
+
+
+def test_skips_before_ranks_are_exported_once_metrics_start():
+    recorder, stream, registry, _ = make()
+    recorder.integration_skipped("deepseek_v2", "m.Missing.forward", "not found")
+    assert registry.get_sample_value("eagle_probe_integration_skipped_total",
+                                     dict(integration="deepseek_v2", target="m.Missing.forward",
+                                          tp_rank="1", pp_rank="0", dp_rank="")) is None
+    recorder.target_forward(forward())
+    assert registry.get_sample_value("eagle_probe_integration_skipped_total",
+                                     dict(integration="deepseek_v2", target="m.Missing.forward",
+                                          tp_rank="1", pp_rank="0", dp_rank="")) == 1
