@@ -1,4 +1,4 @@
-"""The eagle-probe command line: run, bootstrap-path, version."""
+"""The eagle-probe command line: run, summarize, bootstrap-path."""
 
 import argparse
 import os
@@ -46,6 +46,28 @@ def cmd_run(args) -> int:
         return 127
 
 
+def cmd_summarize(args) -> int:
+    import json
+
+    from .logread import iter_lines, parse_events
+    from .report import build_report, render_text
+
+    paths = [p for p in args.paths if p != "-"]
+    missing = [p for p in paths if not os.path.exists(p)]
+    if missing:
+        print(f"eagle-probe summarize: no such file or directory: {', '.join(missing)}", file=sys.stderr)
+        return 2
+    lines = iter_lines(paths) if paths else sys.stdin
+    report = build_report(list(parse_events(lines)))
+    if args.format == "json":
+        ranks = [{"tp_rank": k[0], "pp_rank": k[1], "dp_rank": k[2], "pid": k[3], **v}
+                 for k, v in report["ranks"].items()]
+        print(json.dumps({"ranks": ranks, "notices": report["notices"]}, default=str))
+    else:
+        print(render_text(report))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="eagle-probe", description=__doc__)
     parser.add_argument("--version", action="version", version=f"eagle-probe {__version__}")
@@ -62,6 +84,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help="wrap inner model forwards (auto: off under torch.compile / piecewise CUDA graphs)")
     run.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ...")
     run.set_defaults(func=cmd_run)
+
+    summ = sub.add_parser("summarize", help="summarise the probe's JSON logs of all ranks")
+    summ.add_argument("paths", nargs="*", help="log files or directories (default: stdin)")
+    summ.add_argument("--format", choices=("text", "json"), default="text")
+    summ.set_defaults(func=cmd_summarize)
 
     path = sub.add_parser("bootstrap-path", help="print the directory to put first on PYTHONPATH")
     path.set_defaults(func=lambda args: print(BOOTSTRAP_DIR) or 0)
