@@ -1,7 +1,7 @@
 """Observations: frozen plain values, the only thing that crosses from SGLang's world into the probe."""
 
 from dataclasses import dataclass, field
-from typing import Optional, Tuple
+from typing import NamedTuple, Optional, Tuple
 
 
 @dataclass(frozen=True)
@@ -36,9 +36,12 @@ class CaptureConfigured:
     during_graph_setup: bool
 
 
-@dataclass(frozen=True)
-class TargetForward:
-    """One Python-level run of DeepseekV2Model.forward (eager steps and CUDA-graph capture runs)."""
+class TargetForward(NamedTuple):
+    """One Python-level run of DeepseekV2Model.forward (eager steps and CUDA-graph capture runs).
+
+    A NamedTuple rather than a frozen dataclass: it is built on every forward, and a frozen
+    dataclass's __init__ costs about ten times as much.
+    """
 
     model_class: str
     role: str

@@ -6,6 +6,7 @@ these methods are covered by the same wrappers.
 """
 
 import sys
+import weakref
 
 from ..analysis.layers import split_layers
 from ..observations import CaptureConfigured, TargetForward
@@ -69,58 +70,85 @@ def set_eagle3_layers_to_capture_wrapper(wrapped, instance, args, kwargs):
 class _ForwardFacts:
     """What is known before the forward runs; completed from its result."""
 
-    __slots__ = ("instance", "mode", "can_run_tbo", "layers", "split", "capturing", "tokens")
+    __slots__ = ("static", "mode", "can_run_tbo", "layers", "split", "capturing", "tokens")
 
 
-_split_cache = {}
+class _ModelStatic:
+    """Per-module facts that do not change between forwards, read once (config reads are slow)."""
+
+    __slots__ = ("model_class", "role", "num_layers", "start_layer", "end_layer", "first_k_dense_replace",
+                 "splits")
+
+    def __init__(self, instance):
+        self.model_class = type(instance).__name__
+        self.role = role_of(instance)
+        self.start_layer = int(instance.start_layer)
+        self.end_layer = int(instance.end_layer)
+        config = getattr(instance, "config", None)
+        self.num_layers = int(getattr(config, "num_hidden_layers", self.end_layer))
+        self.first_k_dense_replace = getattr(instance, "first_k_dense_replace", None)
+        self.splits = {tbo: split_layers(self.start_layer, self.end_layer, self.first_k_dense_replace, tbo)
+                       for tbo in (False, True)}
+
+
+_statics = weakref.WeakKeyDictionary()
+_dtype_names = {}
+
+
+def forget_static_facts():
+    """Called when roles change (a ModelRunner loaded a model)."""
+    _statics.clear()
 
 
 def _before_forward(instance, args, kwargs):
+    static = _statics.get(instance)
+    if static is None:
+        static = _statics[instance] = _ModelStatic(instance)
     forward_batch = args[2] if len(args) > 2 else kwargs["forward_batch"]
     input_ids = args[0] if args else kwargs.get("input_ids")
     facts = _ForwardFacts()
-    facts.instance = instance
+    facts.static = static
     facts.mode = forward_batch.forward_mode.name
-    facts.can_run_tbo = bool(forward_batch.can_run_tbo)
+    facts.can_run_tbo = can_run_tbo = bool(forward_batch.can_run_tbo)
     facts.layers = tuple(instance.layers_to_capture)
-    key = (instance.start_layer, instance.end_layer, getattr(instance, "first_k_dense_replace", None),
-           facts.can_run_tbo)
-    split = _split_cache.get(key)
-    if split is None:
-        split = _split_cache[key] = split_layers(*key)
-    facts.split = split
+    facts.split = static.splits[can_run_tbo]
     facts.capturing = is_capturing()
-    facts.tokens = int(input_ids.shape[0]) if input_ids is not None else 0
+    facts.tokens = input_ids.shape[0] if input_ids is not None else 0
     return facts
 
 
+def _dtype_name(dtype):
+    name = _dtype_names.get(dtype)
+    if name is None:
+        name = _dtype_names[dtype] = str(dtype).replace("torch.", "")
+    return name
+
+
 def _after_forward(facts, result, error):
-    instance = facts.instance
+    static = facts.static
     aux_shape, slot_widths, dtype, aux_returned, aux_format = None, (), None, None, "error"
     if error is None:
-        if isinstance(result, tuple) and len(result) == 2:
+        if type(result) is tuple and len(result) == 2:
             hidden, aux = result
-            dtype = str(hidden.dtype).replace("torch.", "")
+            dtype = _dtype_name(hidden.dtype)
             if isinstance(aux, (list, tuple)):
                 aux_format, aux_returned = "list", len(aux)
-                slot_widths = tuple(int(t.shape[-1]) for t in aux)
+                slot_widths = tuple(t.shape[-1] for t in aux)
             else:
-                aux_format, aux_shape = "packed", tuple(int(d) for d in aux.shape)
-                width = int(hidden.shape[-1])
+                aux_format, aux_shape = "packed", tuple(aux.shape)
+                width = hidden.shape[-1]
                 aux_returned = aux_shape[-1] // width if width else None
                 slot_widths = (width,) * (aux_returned or 0)
         elif hasattr(result, "shape"):
-            aux_format, aux_returned, dtype = "none", 0, str(result.dtype).replace("torch.", "")
+            aux_format, aux_returned, dtype = "none", 0, _dtype_name(result.dtype)
         else:
             aux_format = "pp_proxy"  # not the last pipeline stage: nothing is captured here
-    num_layers = int(instance.config.num_hidden_layers) if hasattr(instance, "config") else instance.end_layer
+    split = facts.split
     STATE.recorder.target_forward(TargetForward(
-        model_class=type(instance).__name__, role=role_of(instance), mode=facts.mode,
-        capturing=facts.capturing, can_run_tbo=facts.can_run_tbo, layers_to_capture=facts.layers,
-        num_layers=num_layers, normal_range=facts.split.normal, tbo_range=facts.split.tbo,
-        lost=facts.split.lost(facts.layers), tokens=facts.tokens, aux_expected=len(facts.layers),
-        aux_returned=aux_returned, aux_format=aux_format, aux_shape=aux_shape, slot_widths=slot_widths,
-        dtype=dtype, error=None if error is None else f"{type(error).__name__}: {error}"[:300]))
+        static.model_class, static.role, facts.mode, facts.capturing, facts.can_run_tbo, facts.layers,
+        static.num_layers, split.normal, split.tbo, split.lost(facts.layers), facts.tokens, len(facts.layers),
+        aux_returned, aux_format, aux_shape, slot_widths, dtype,
+        None if error is None else f"{type(error).__name__}: {error}"[:300]))
 
 
 def model_forward_wrapper(wrapped, instance, args, kwargs):

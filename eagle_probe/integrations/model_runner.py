@@ -3,6 +3,7 @@
 from ..roles import DRAFT, TARGET, register_model
 from ..state import STATE
 from .base import Integration, PatchTarget
+from .deepseek_v2 import forget_static_facts
 
 
 def load_model_wrapper(wrapped, instance, args, kwargs):
@@ -11,6 +12,7 @@ def load_model_wrapper(wrapped, instance, args, kwargs):
         try:
             role = DRAFT if getattr(instance, "is_draft_worker", False) else TARGET
             register_model(instance.model, role)
+            forget_static_facts()  # cached per-module facts carry the role
         except Exception as exc:
             STATE.report_error("model_runner.load_model", exc)
     return result

@@ -1,0 +1,123 @@
+"""Added time per target forward: a tiny DeepSeek-V3 on SGLang's real classes, with and without the probe.
+
+Run:  .venv/bin/python benchmarks/overhead.py [--rounds 30] [--block 20]
+
+Both variants run in this one process, interleaved in blocks (uninstall / install between blocks), on the
+same prepared batches, so drift on the machine hits both alike. Two figures per forward mode:
+- end to end: median forward time with the probe minus without (noisy: the forward itself takes ms on a CPU);
+- probe work: the wrapper around a function that returns the real forward's result at once, on the real
+  module and batch, minus calling that function directly. This is the probe's own cost per forward.
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from sglang_cpu import shims  # noqa: E402
+
+shims.apply()
+
+import eagle_probe  # noqa: E402
+from eagle_probe.integrations.deepseek_v2 import model_forward_wrapper  # noqa: E402
+
+
+def prepare(runner):
+    from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
+
+    full = CaptureHiddenMode.FULL
+    runner.reset()
+    batches = {}
+    runner.extend([[5, 9, 17, 33, 2, 71, 8], [3, 4, 5, 6]], capture_hidden_mode=full)
+    batches["EXTEND"] = runner.last_forward_batch
+    runner.decode([11, 12], capture_hidden_mode=full)
+    batches["DECODE"] = runner.last_forward_batch
+    runner.target_verify([[12, 40, 41, 42], [11, 50, 51, 52]])
+    batches["TARGET_VERIFY"] = runner.last_forward_batch
+    return batches
+
+
+def time_block(runner, batch, n):
+    out = []
+    for _ in range(n):
+        start = time.perf_counter_ns()
+        runner._run(batch)  # init attention metadata + the model's real outer forward
+        out.append(time.perf_counter_ns() - start)
+    return out
+
+
+def inner_forward_result(runner, batch):
+    """The real DeepseekV2Model.forward result for this batch (call with the probe uninstalled)."""
+    import torch
+    from sglang.srt.model_executor.forward_context import ForwardContext, forward_context
+
+    runner.attn_backend.init_forward_metadata(batch)
+    with torch.no_grad(), forward_context(ForwardContext(attn_backend=runner.attn_backend), forward_batch=batch):
+        return runner.model.model.forward(batch.input_ids, batch.positions, batch)
+
+
+def probe_work(inner, batch, result, n):
+    """Wrapper cost alone: same instance, args and result as the real inner forward."""
+    args = (batch.input_ids, batch.positions, batch)
+
+    def returns_result(*a, **k):
+        return result
+
+    direct, wrapped = [], []
+    for _ in range(n):
+        start = time.perf_counter_ns()
+        returns_result(*args)
+        direct.append(time.perf_counter_ns() - start)
+        start = time.perf_counter_ns()
+        model_forward_wrapper(returns_result, inner, args, {})
+        wrapped.append(time.perf_counter_ns() - start)
+    return statistics.median(wrapped) - statistics.median(direct)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--block", type=int, default=20)
+    args = parser.parse_args()
+
+    from sglang_cpu.runtime import TinyBatchRunner, build_deepseek, init_runtime
+    from sglang_cpu.tiny_models import deepseek_v3_config
+
+    init_runtime()
+    model = build_deepseek(deepseek_v3_config(num_hidden_layers=6, first_k_dense_replace=6), seed=0)
+    model.set_eagle3_layers_to_capture([1, 3, 4])
+    runner = TinyBatchRunner(model, max_tokens=4096)
+    log_dir = tempfile.mkdtemp(prefix="eagle-probe-bench-")
+    probe_env = {"EAGLE_PROBE_LOG_DIR": log_dir}  # default settings otherwise
+
+    print(f"sglang tiny DeepSeek-V3 (6 layers, hidden {model.config.hidden_size}), CPU, "
+          f"{args.rounds} rounds x {args.block} forwards per variant and mode, interleaved")
+    print(f"{'mode':<14}{'without us':>12}{'with us':>12}{'added us':>11}{'ratio':>8}{'probe work us':>15}")
+    for mode in ("EXTEND", "DECODE", "TARGET_VERIFY"):
+        eagle_probe.uninstall()
+        batch = prepare(runner)[mode]
+        samples = {False: [], True: []}
+        for round_index in range(args.rounds):
+            for with_probe in ((False, True) if round_index % 2 == 0 else (True, False)):
+                if with_probe:
+                    eagle_probe.install(env=probe_env)
+                else:
+                    eagle_probe.uninstall()
+                time_block(runner, batch, 2)  # settle after the switch
+                samples[with_probe] += time_block(runner, batch, args.block)
+        result = inner_forward_result(runner, batch)
+        eagle_probe.install(env=probe_env)
+        work_us = probe_work(model.model, batch, result, 2000) / 1000
+        eagle_probe.uninstall()
+        without = statistics.median(samples[False]) / 1000
+        with_ = statistics.median(samples[True]) / 1000
+        print(f"{mode:<14}{without:>12.1f}{with_:>12.1f}{with_ - without:>11.1f}{with_ / without:>8.3f}{work_us:>15.2f}")
+    print(f"probe logs: {log_dir}")
+
+
+if __name__ == "__main__":
+    main()
