@@ -1,0 +1,268 @@
+"""Launch a real ``python -m sglang.launch_server`` on the CPU (tests and example only).
+
+The server runs unchanged; the CPU shims reach every SGLang process (including the spawned
+scheduler) through ``sglang_cpu/site/sitecustomize.py`` on ``PYTHONPATH``. Callers that need
+their own bootstrap (for example the probe's ``sitecustomize.py``, which chains to the one it
+shadows) pass its directory in ``pythonpath_prefix`` so that it comes first.
+
+    with SGLangServer(model_path, extra_args=["--enable-metrics"]) as server:  # starts it
+        ids = server.generate([10, 11, 12], max_new_tokens=8)
+        text = server.metrics_text()
+"""
+
+import atexit
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+SITE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "site")
+
+BASE_ARGS = (
+    "--device", "cpu",
+    "--attention-backend", "torch_native",
+    "--disable-cuda-graph",
+    "--dtype", "float32",
+    "--skip-tokenizer-init",
+    "--mem-fraction-static", "0.05",
+    "--max-total-tokens", "2048",
+)
+
+
+class ServerError(RuntimeError):
+    """The server died, did not come up in time, or answered with an error."""
+
+
+def free_port(host="127.0.0.1"):
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _pgid_alive(pgid):
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class SGLangServer:
+    def __init__(
+        self,
+        model_path,
+        *,
+        extra_args=(),
+        pythonpath_prefix=(),
+        env=None,
+        port=None,
+        host="127.0.0.1",
+        log_path=None,
+        python=None,
+    ):
+        self.model_path = str(model_path)
+        self.extra_args = [str(a) for a in extra_args]
+        self.pythonpath_prefix = [str(p) for p in pythonpath_prefix]
+        self.extra_env = dict(env or {})
+        self.host = host
+        self.port = int(port) if port is not None else free_port(host)
+        self.python = python or sys.executable
+        self._own_log_dir = None
+        if log_path is None:
+            self._own_log_dir = tempfile.mkdtemp(prefix="sglang-server-")
+            log_path = os.path.join(self._own_log_dir, "server.log")
+        self.log_path = str(log_path)
+        self.proc = None
+        self._log_file = None
+        self.startup_seconds = None
+
+    # ----------------------------------------------------------------- set-up
+
+    @property
+    def base_url(self):
+        return f"http://{self.host}:{self.port}"
+
+    def command(self):
+        return [
+            self.python, "-m", "sglang.launch_server",
+            "--model-path", self.model_path,
+            *BASE_ARGS,
+            "--host", self.host,
+            "--port", str(self.port),
+            *self.extra_args,
+        ]
+
+    def environment(self):
+        env = dict(os.environ)
+        env.update(self.extra_env)
+        parts = [*self.pythonpath_prefix, SITE_DIR]
+        existing = env.get("PYTHONPATH", "")
+        parts += [p for p in existing.split(os.pathsep) if p]
+        env["PYTHONPATH"] = os.pathsep.join(parts)
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        # No GPU here; keep CUDA from being probed in surprising ways.
+        env.setdefault("CUDA_VISIBLE_DEVICES", "")
+        # By default every /health call on an idle server runs a 1-token generation (input_ids
+        # [0]); start() polls /health, so switch that off to keep the traffic a probe sees down to
+        # SGLang's own warm-up request (input_ids [10, 11, 12], 8 new tokens).
+        env.setdefault("SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION", "0")
+        return env
+
+    def start(self, timeout=600.0):
+        """Start the server and wait until ``/health`` answers 200 (after SGLang's warm-up)."""
+        if self.is_running():
+            raise ServerError("server already started")
+        os.makedirs(os.path.dirname(os.path.abspath(self.log_path)), exist_ok=True)
+        self._log_file = open(self.log_path, "ab")
+        t0 = time.monotonic()
+        self.proc = subprocess.Popen(
+            self.command(),
+            stdout=self._log_file,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=self.environment(),
+            start_new_session=True,  # own process group: stop() kills scheduler and detokenizer too
+        )
+        atexit.register(self.stop)  # never leave a server behind if the caller forgets
+        deadline = t0 + timeout
+        while True:
+            code = self.proc.poll()
+            if code is not None:
+                self.stop()
+                raise ServerError(
+                    f"sglang server exited with code {code} during start-up; "
+                    f"log {self.log_path}:\n{self.log_tail()}"
+                )
+            if self._health_ok():
+                self.startup_seconds = time.monotonic() - t0
+                return self
+            if time.monotonic() > deadline:
+                self.stop()
+                raise ServerError(
+                    f"sglang server not healthy after {timeout:.0f} s; "
+                    f"log {self.log_path}:\n{self.log_tail()}"
+                )
+            time.sleep(0.5)
+
+    def _health_ok(self):
+        # /health answers 503 while the server is Starting and 200 once SGLang's own warm-up
+        # request has gone through (server status Up).
+        try:
+            with urllib.request.urlopen(self.base_url + "/health", timeout=5) as r:
+                return r.status == 200
+        except (urllib.error.URLError, ConnectionError, OSError):
+            return False
+
+    # --------------------------------------------------------------- requests
+
+    def _request(self, path, payload=None, timeout=120.0):
+        data = None
+        headers = {}
+        if payload is not None:
+            data = json.dumps(payload).encode()
+            headers["Content-Type"] = "application/json"
+        req = urllib.request.Request(self.base_url + path, data=data, headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                return r.read()
+        except urllib.error.HTTPError as e:
+            body = e.read().decode(errors="replace")
+            raise ServerError(f"{path} answered {e.code}: {body}") from e
+
+    def generate_raw(self, input_ids, max_new_tokens=8, sampling_params=None, timeout=120.0, **fields):
+        """POST /generate; returns the decoded JSON (``output_ids`` and ``meta_info``)."""
+        params = {"temperature": 0.0, "max_new_tokens": int(max_new_tokens), "ignore_eos": True}
+        params.update(sampling_params or {})
+        payload = {"input_ids": [int(t) for t in input_ids], "sampling_params": params, **fields}
+        return json.loads(self._request("/generate", payload, timeout=timeout))
+
+    def generate(self, input_ids, max_new_tokens=8, sampling_params=None, timeout=120.0):
+        """Greedy generation; returns the new token ids (``--skip-tokenizer-init`` output)."""
+        out = self.generate_raw(input_ids, max_new_tokens, sampling_params, timeout)
+        return list(out["output_ids"])
+
+    def metrics_text(self, timeout=30.0):
+        return self._request("/metrics", timeout=timeout).decode()
+
+    def get_json(self, path, timeout=30.0):
+        return json.loads(self._request(path, timeout=timeout))
+
+    # ---------------------------------------------------------------- teardown
+
+    def log_tail(self, lines=60):
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                size = f.tell()
+                f.seek(max(0, size - 64 * 1024))
+                text = f.read().decode(errors="replace")
+        except OSError:
+            return "<no log>"
+        return "\n".join(text.splitlines()[-lines:])
+
+    def log_text(self):
+        with open(self.log_path, "rb") as f:
+            return f.read().decode(errors="replace")
+
+    def is_running(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, grace=15.0):
+        """SIGTERM the whole process group, then SIGKILL what is left. Safe to call twice."""
+        proc = self.proc
+        if proc is not None:
+            pgid = proc.pid  # start_new_session: the group id is the leader's pid
+            if _pgid_alive(pgid):
+                try:
+                    os.killpg(pgid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+                deadline = time.monotonic() + grace
+                while time.monotonic() < deadline:
+                    if proc.poll() is not None and not _pgid_alive(pgid):
+                        break
+                    time.sleep(0.1)
+                if _pgid_alive(pgid):
+                    try:
+                        os.killpg(pgid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+            # Reaped leader: wait a little for SIGKILLed children to disappear.
+            deadline = time.monotonic() + 5
+            while _pgid_alive(pgid) and time.monotonic() < deadline:
+                time.sleep(0.1)
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
+        atexit.unregister(self.stop)
+
+    def __enter__(self):
+        if self.proc is None:
+            self.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+        return False

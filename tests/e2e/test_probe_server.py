@@ -1,0 +1,102 @@
+"""A real `python -m sglang.launch_server` on the CPU with the probe injected only through PYTHONPATH."""
+
+import os
+import re
+import time
+
+import pytest
+
+from eagle_probe.bootstrap import BOOTSTRAP_DIR
+from eagle_probe.logread import read_events
+
+from .conftest import AUX_ARGS, PROMPTS, start_server
+
+
+@pytest.fixture(scope="module")
+def runs(tiny_checkpoint, tmp_path_factory):
+    """Greedy outputs of the same prompts from a plain server and a probed one, plus the probed one's traces."""
+    checkpoint, config = tiny_checkpoint
+    root = str(tmp_path_factory.mktemp("probe-e2e"))
+    log_dir = os.path.join(root, "probe-logs")
+    plain = start_server(checkpoint, root, "plain", AUX_ARGS)
+    try:
+        plain_out = [plain.generate(p, max_new_tokens=8) for p in PROMPTS]
+    finally:
+        plain.stop()
+    probed = start_server(checkpoint, root, "probed", ("--enable-metrics",) + AUX_ARGS,
+                          pythonpath_prefix=[BOOTSTRAP_DIR],
+                          env={"EAGLE_PROBE_LOG_DIR": log_dir, "EAGLE_PROBE_SUMMARY_INTERVAL_S": "0.5"})
+    try:
+        probed_out = [probed.generate(p, max_new_tokens=8) for p in PROMPTS]
+        time.sleep(1.0)
+        probed_out.append(probed.generate(PROMPTS[0], max_new_tokens=4))  # after the summary interval
+        metrics = probed.metrics_text()
+        server_pid = probed.proc.pid
+        server_log = probed.log_text()
+    finally:
+        probed.stop()
+    stopped = not probed.is_running() and not plain.is_running()
+    return dict(stopped=stopped, plain=plain_out, probed=probed_out, metrics=metrics, events=read_events([log_dir]),
+                server_pid=server_pid, config=config, server_log=server_log, log_dir=log_dir)
+
+
+def test_servers_stop_cleanly(runs):
+    assert runs["stopped"]
+
+
+def test_outputs_identical_with_and_without_probe(runs):
+    assert runs["probed"][:2] == runs["plain"]
+    assert all(len(out) == 8 for out in runs["plain"])
+
+
+def test_events_come_from_the_scheduler_process(runs):
+    events = runs["events"]
+    assert events, runs["server_log"][-3000:]
+    pids = {e["pid"] for e in events if e["event"] != "eagle_probe.integration.skipped"}
+    assert runs["server_pid"] not in pids  # the HTTP main process observes nothing
+    assert {e["tp_rank"] for e in events if e["event"] == "eagle_probe.target.forward"} == {0}
+    assert not [e for e in events if e["event"] in ("eagle_probe.internal_error", "eagle_probe.config_error")]
+
+
+def test_capture_configuration_in_the_real_server(runs):
+    [cfg] = [e for e in runs["events"] if e["event"] == "eagle_probe.capture.configured"]
+    assert cfg["requested_ids"] == [1, 3, 4] and cfg["layers_to_capture"] == [2, 4, 5]
+    assert cfg["mapping"] == "plus_one" and cfg["num_layers"] == 6 and cfg["first_k_dense_replace"] == 2
+    assert cfg["caller"].endswith("configure_aux_hidden_state_capture")
+    assert cfg["during_graph_setup"] is False and cfg["role"] == "target"
+    assert [s["label"] for s in cfg["slots"]] == ["output of layer 1", "output of layer 3", "output of layer 4"]
+
+
+def test_forward_events_and_summary(runs):
+    hidden = runs["config"].hidden_size
+    forwards = [e for e in runs["events"] if e["event"] == "eagle_probe.target.forward"]
+    modes = {f["mode"] for f in forwards}
+    assert {"EXTEND", "DECODE"} <= modes
+    for f in forwards:
+        assert f["path"] == "eager" and f["layers_to_capture"] == [2, 4, 5] and f["can_run_tbo"] is False
+        assert f["aux_returned"] == 3 and f["aux_shape"][-1] == 3 * hidden and f["slot_widths"] == [hidden] * 3
+    assert len(forwards) < 10  # logged on change, not per forward
+    summaries = [e for e in runs["events"] if e["event"] == "eagle_probe.summary"]
+    assert summaries and sum(f["count"] for f in summaries[-1]["forwards"]) > len(forwards)
+    assert not [e for e in runs["events"] if e["event"] == "eagle_probe.finding"]
+
+
+def sample(metrics, name, **labels):
+    for line in metrics.splitlines():
+        if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+def test_metrics_in_sglangs_own_endpoint(runs):
+    metrics = runs["metrics"]
+    assert re.search(r"^sglang:", metrics, re.M)  # SGLang's own series still there
+    decodes = sample(metrics, "eagle_probe_target_forwards_total", role="target", mode="DECODE", path="eager",
+                     tbo="false", tp_rank="0")
+    extends = sample(metrics, "eagle_probe_target_forwards_total", mode="EXTEND", tp_rank="0")
+    assert decodes is not None and decodes >= 7 * len(PROMPTS)  # 8 new tokens: 1 from prefill, 7 decodes each
+    assert extends is not None and extends >= len(PROMPTS)
+    assert sample(metrics, "eagle_probe_capture_layer_info", slot="0", capture_index="2", hf_index="2",
+                  label="output of layer 1", tp_rank="0") == 1
+    assert sample(metrics, "eagle_probe_aux_width", role="target", tp_rank="0") == 3 * runs["config"].hidden_size
+    assert sample(metrics, "eagle_probe_info", tp_rank="0") == 1
