@@ -77,8 +77,11 @@ class SGLangServer:
         host="127.0.0.1",
         log_path=None,
         python=None,
+        command_prefix=(),
     ):
         self.model_path = str(model_path)
+        # e.g. ["eagle-probe", "run", "--log-dir", D, "--"]: a launcher that execs the server command
+        self.command_prefix = [str(a) for a in command_prefix]
         self.extra_args = [str(a) for a in extra_args]
         self.pythonpath_prefix = [str(p) for p in pythonpath_prefix]
         self.extra_env = dict(env or {})
@@ -102,6 +105,7 @@ class SGLangServer:
 
     def command(self):
         return [
+            *self.command_prefix,
             self.python, "-m", "sglang.launch_server",
             "--model-path", self.model_path,
             *BASE_ARGS,

@@ -2,9 +2,10 @@
 
 The configs are small enough to build in well under a second and keep the real MLA
 shape (q/kv LoRA ranks, split nope/rope head dims), so SGLang's DeepSeek path runs
-unchanged. Checkpoints use transformers' own parameter names, so both the in-process
-harness (`sglang_cpu.runtime`) and `sglang.launch_server` load them with SGLang's
-real weight loader.
+unchanged. Weights always go through SGLang's real weight loader: checkpoint files carry
+DeepSeek-V3's on-disk names (one tensor per expert, for `sglang.launch_server`), and the
+in-process harness (`sglang_cpu.runtime`) passes transformers 5's `state_dict()` (fused
+expert tensors), which SGLang 0.5.23 also accepts; both give identical logits.
 """
 
 from __future__ import annotations

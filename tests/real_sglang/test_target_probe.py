@@ -39,14 +39,14 @@ def probe(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def dense():
+def dense(sglang_runtime):
     init_runtime()
     model = build_deepseek(deepseek_v3_config(num_hidden_layers=6, first_k_dense_replace=6), seed=1)
     return model, TinyBatchRunner(model)
 
 
 @pytest.fixture(scope="module")
-def moe():
+def moe(sglang_runtime):
     init_runtime()
     model = build_deepseek(deepseek_v3_config(num_hidden_layers=4, first_k_dense_replace=1), seed=2)
     return model, TinyBatchRunner(model)
