@@ -5,8 +5,11 @@ Run:  .venv/bin/python benchmarks/overhead.py [--rounds 30] [--block 20]
 Both variants run in this one process, interleaved in blocks (uninstall / install between blocks), on the
 same prepared batches, so drift on the machine hits both alike. Two figures per forward mode:
 - end to end: median forward time with the probe minus without (noisy: the forward itself takes ms on a CPU);
-- probe work: the wrapper around a function that returns the real forward's result at once, on the real
-  module and batch, minus calling that function directly. This is the probe's own cost per forward.
+- probe work (hot): the wrapper around a function that returns the real forward's result at once, on the
+  real module and batch, minus calling that function directly: the probe's own cost with warm caches;
+- probe work (in situ): the probe's before/after steps timed inside real forwards, minus the same timer around
+  an empty function there. The forward evicts the CPU caches, so this is the cold-cache cost; on this VM even
+  the empty timed call costs microseconds in situ (printed as the baseline).
 """
 
 import argparse
@@ -78,6 +81,39 @@ def probe_work(inner, batch, result, n):
     return statistics.median(wrapped) - statistics.median(direct)
 
 
+def probe_work_in_situ(runner, batch, n):
+    """Time the wrapper's before/after steps inside real forwards (the wrapper looks them up at call time)."""
+    from eagle_probe.integrations import deepseek_v2 as wrappers
+
+    before, after = wrappers._before_forward, wrappers._after_forward
+    spent, baseline = [], []
+
+    def timed_before(*args):
+        start = time.perf_counter_ns()
+        facts = before(*args)
+        spent.append(time.perf_counter_ns() - start)
+        return facts
+
+    def timed_after(*args):
+        start = time.perf_counter_ns()
+        after(*args)
+        spent[-1] += time.perf_counter_ns() - start
+        start = time.perf_counter_ns()
+        empty()
+        baseline.append(time.perf_counter_ns() - start)
+
+    def empty():
+        return None
+
+    wrappers._before_forward, wrappers._after_forward = timed_before, timed_after
+    try:
+        time_block(runner, batch, n)
+    finally:
+        wrappers._before_forward, wrappers._after_forward = before, after
+    base = statistics.median(baseline)
+    return statistics.median(spent) - 2 * base, base
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=30)
@@ -96,7 +132,8 @@ def main():
 
     print(f"sglang tiny DeepSeek-V3 (6 layers, hidden {model.config.hidden_size}), CPU, "
           f"{args.rounds} rounds x {args.block} forwards per variant and mode, interleaved")
-    print(f"{'mode':<14}{'without us':>12}{'with us':>12}{'added us':>11}{'ratio':>8}{'probe work us':>15}")
+    print(f"{'mode':<14}{'without us':>12}{'with us':>12}{'added us':>11}{'ratio':>8}"
+          f"{'probe hot us':>14}{'in situ us':>12}{'timer base us':>15}")
     for mode in ("EXTEND", "DECODE", "TARGET_VERIFY"):
         eagle_probe.uninstall()
         batch = prepare(runner)[mode]
@@ -112,10 +149,12 @@ def main():
         result = inner_forward_result(runner, batch)
         eagle_probe.install(env=probe_env)
         work_us = probe_work(model.model, batch, result, 2000) / 1000
+        situ, base = probe_work_in_situ(runner, batch, 100)
         eagle_probe.uninstall()
         without = statistics.median(samples[False]) / 1000
         with_ = statistics.median(samples[True]) / 1000
-        print(f"{mode:<14}{without:>12.1f}{with_:>12.1f}{with_ - without:>11.1f}{with_ / without:>8.3f}{work_us:>15.2f}")
+        print(f"{mode:<14}{without:>12.1f}{with_:>12.1f}{with_ - without:>11.1f}{with_ / without:>8.3f}"
+              f"{work_us:>14.2f}{situ / 1000:>12.2f}{base / 1000:>15.2f}")
     print(f"probe logs: {log_dir}")
 
 
