@@ -11,6 +11,14 @@ AUX_COUNT_MISMATCH = "aux_count_mismatch"
 GRAPH_EAGER_LAYER_MISMATCH = "graph_eager_layer_mismatch"
 CAPTURE_ID_UNREACHABLE = "capture_id_unreachable"
 CAPTURE_RULE_UNEXPECTED = "capture_rule_unexpected"
+# Draft side, configuration and acceptance (shared by the running probe and `eagle-probe doctor`).
+LAYER_MISMATCH = "layer_mismatch"
+FC_WIDTH_MISMATCH = "fc_width_mismatch"
+FC_SKIPPED = "fc_skipped"
+DRAFT_WEIGHTS_DROPPED = "draft_weights_dropped"
+DRAFT_EMBEDDING_REPLACED = "draft_embedding_replaced"
+PP_STAGE_NO_CAPTURE = "pp_stage_no_capture"
+ACCEPTANCE_COLLAPSE = "acceptance_collapse"
 
 ERROR, WARNING = "error", "warning"
 
@@ -21,6 +29,14 @@ CODES = {
     GRAPH_EAGER_LAYER_MISMATCH: (ERROR, "CUDA-graph capture and eager forwards capture different layers"),
     CAPTURE_ID_UNREACHABLE: (ERROR, "a configured capture index can never be captured"),
     CAPTURE_RULE_UNEXPECTED: (WARNING, "SGLang mapped capture ids differently from its version's known rule"),
+    LAYER_MISMATCH: (ERROR, "the target captures other layers than the draft was trained on"),
+    FC_WIDTH_MISMATCH: (ERROR, "the aux width entering the draft differs from the width its fc takes"),
+    FC_SKIPPED: (ERROR, "the draft's fc is skipped: the incoming width equals the embedding width "
+                        "(e.g. an EAGLE-3 draft under --speculative-algorithm EAGLE)"),
+    DRAFT_WEIGHTS_DROPPED: (WARNING, "checkpoint weights of the draft that SGLang dropped without a word"),
+    DRAFT_EMBEDDING_REPLACED: (WARNING, "the draft's own embedding or lm_head is replaced by the target's"),
+    PP_STAGE_NO_CAPTURE: (WARNING, "capture ids on pipeline stages other than the last are never captured"),
+    ACCEPTANCE_COLLAPSE: (ERROR, "observed mean acceptance length stays far under the expected one"),
 }
 
 
