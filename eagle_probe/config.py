@@ -36,6 +36,10 @@ class ProbeConfig:
     summary_interval_s: float = 60.0
     log_every_forward: bool = False
     inner_forward: str = "auto"
+    draft_accuracy: Optional[float] = None  # per-token accuracy from training, e.g. 0.75
+    collapse_ratio: float = 0.6  # observed / expected mean acceptance length under this is a collapse
+    collapse_min_drafts: int = 64  # request-steps a window needs before it can be judged
+    trained_layers: Optional[str] = None  # e.g. "hf:0,3,31": what the draft was trained on
 
     def to_env(self) -> dict:
         """The variables that reproduce this configuration in a child process."""
@@ -50,6 +54,12 @@ class ProbeConfig:
             env["EAGLE_PROBE_LOG_DIR"] = self.log_dir
         if self.metrics_port is not None:
             env["EAGLE_PROBE_METRICS_PORT"] = str(self.metrics_port)
+        if self.draft_accuracy is not None:
+            env["EAGLE_PROBE_DRAFT_ACCURACY"] = repr(self.draft_accuracy)
+        env["EAGLE_PROBE_COLLAPSE_RATIO"] = repr(self.collapse_ratio)
+        env["EAGLE_PROBE_COLLAPSE_MIN_DRAFTS"] = str(self.collapse_min_drafts)
+        if self.trained_layers:
+            env["EAGLE_PROBE_TRAINED_LAYERS"] = self.trained_layers
         return env
 
 
@@ -101,6 +111,45 @@ def _positive_float(env: Mapping[str, str], name: str, default: float) -> float:
     return value
 
 
+def _fraction(env: Mapping[str, str], name: str, default: Optional[float]) -> Optional[float]:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(name, raw, "a number in (0, 1]") from None
+    if not 0 < value <= 1:
+        raise ConfigError(name, raw, "a number in (0, 1]")
+    return value
+
+
+def _positive_int(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(name, raw, "an integer >= 1") from None
+    if value < 1:
+        raise ConfigError(name, raw, "an integer >= 1")
+    return value
+
+
+def _layer_spec(env: Mapping[str, str], name: str) -> Optional[str]:
+    from .analysis.layers import parse_layer_spec
+
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return None
+    try:
+        parse_layer_spec(raw)
+    except ValueError as exc:
+        raise ConfigError(name, raw, f"'hf:I,J,...' (HF hidden_states indices) or 'sglang:I,J,...' ({exc})") from None
+    return raw.strip()
+
+
 def load_config(env: Optional[Mapping[str, str]] = None) -> ProbeConfig:
     """Parse EAGLE_PROBE_* variables; raises ConfigError on the first bad one."""
     env = os.environ if env is None else env
@@ -113,6 +162,10 @@ def load_config(env: Optional[Mapping[str, str]] = None) -> ProbeConfig:
         summary_interval_s=_positive_float(env, "EAGLE_PROBE_SUMMARY_INTERVAL_S", 60.0),
         log_every_forward=_bool(env, "EAGLE_PROBE_LOG_EVERY_FORWARD", False),
         inner_forward=_choice(env, "EAGLE_PROBE_INNER_FORWARD", "auto", INNER_FORWARD_MODES),
+        draft_accuracy=_fraction(env, "EAGLE_PROBE_DRAFT_ACCURACY", None),
+        collapse_ratio=_fraction(env, "EAGLE_PROBE_COLLAPSE_RATIO", 0.6),
+        collapse_min_drafts=_positive_int(env, "EAGLE_PROBE_COLLAPSE_MIN_DRAFTS", 64),
+        trained_layers=_layer_spec(env, "EAGLE_PROBE_TRAINED_LAYERS"),
     )
 
 

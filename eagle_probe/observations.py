@@ -83,3 +83,57 @@ class Finding:
 
     def evidence_dict(self) -> dict:
         return dict(self.evidence)
+
+
+@dataclass(frozen=True)
+class DraftLoaded:
+    """An EAGLE-3 draft after load_weights: its configuration and what the checkpoint held."""
+
+    model_class: str
+    eagle_layer_ids: Optional[Tuple[int, ...]]
+    use_aux_hidden_state: Optional[bool]
+    target_hidden_size: Optional[int]
+    draft_hidden_size: Optional[int]
+    num_aux: Optional[int]
+    fc_in: Optional[int]
+    fc_out: Optional[int]
+    norm_before_fc: bool
+    fc_norm: bool
+    norm_output: bool
+    draft_vocab_size: Optional[int]
+    lm_head_from_target: bool
+    checkpoint_tensors: int
+    dropped: Tuple[str, ...]
+    ignored: Tuple[str, ...]  # skipped by SGLang on purpose (t2d), not a loss
+    embed_in_checkpoint: bool
+    lm_head_in_checkpoint: bool
+
+
+class DraftForward(NamedTuple):
+    """One Python-level run of the EAGLE-3 draft's inner model forward."""
+
+    model_class: str
+    mode: str
+    capturing: bool
+    aux_width: Optional[int]  # width of spec_info.hidden_states coming from the target
+    embed_width: int
+    fc_in: Optional[int]
+    fc_ran: bool  # SGLang runs fc only when aux_width != embed_width
+    num_aux: Optional[int]
+    target_hidden_size: Optional[int]
+    tokens: int
+    error: Optional[str] = None
+
+    @property
+    def path(self) -> str:
+        return "graph_capture" if self.capturing else "eager"
+
+    def signature(self) -> tuple:
+        return self[:9] + (self.error,)
+
+
+class VerifyStep(NamedTuple):
+    """Accepted draft tokens (bonus excluded) per live request of one verify step, read on the CPU."""
+
+    accepted: Tuple[int, ...]
+    positions: int  # draft positions along the chain (speculative steps)

@@ -10,10 +10,12 @@ from collections import Counter
 from typing import Callable, Optional
 
 from . import __version__
+from .analysis import draft_rules
 from .analysis import findings as rules_mod
-from .analysis.layers import capture_label, explain_mapping
+from .analysis.acceptance import AcceptanceWindow, expected_mean_length
+from .analysis.layers import apply_capture_rule, capture_label, explain_mapping, parse_layer_spec
 from .config import ProbeConfig
-from .observations import CaptureConfigured, Finding, Ranks, TargetForward
+from .observations import CaptureConfigured, DraftForward, DraftLoaded, Finding, Ranks, TargetForward, VerifyStep
 from .versions import VersionRules
 
 EV_STARTED = "eagle_probe.started"
@@ -24,6 +26,9 @@ EV_TARGET_FORWARD = "eagle_probe.target.forward"
 EV_FINDING = "eagle_probe.finding"
 EV_SUMMARY = "eagle_probe.summary"
 EV_INTERNAL_ERROR = "eagle_probe.internal_error"
+EV_DRAFT_LOADED = "eagle_probe.draft.loaded"
+EV_DRAFT_FORWARD = "eagle_probe.draft.forward"
+EV_ACCEPTANCE = "eagle_probe.acceptance"
 
 
 class Recorder:
@@ -50,6 +55,11 @@ class Recorder:
         self._findings_total = Counter()
         self._errors_total = 0
         self._last_summary = clock()
+        self._target_capture = None  # last CaptureConfigured outside graph set-up (the eager truth)
+        self._draft = None  # DraftLoaded
+        self._window = AcceptanceWindow()  # since the last acceptance event
+        self._total = AcceptanceWindow()  # since start
+        self._last_acceptance = clock()
 
     # -- process context ---------------------------------------------------------------------
 
@@ -131,6 +141,9 @@ class Recorder:
         store = self._graph_layers if obs.during_graph_setup else self._eager_layers
         store[key] = ("configuration", obs.layers_to_capture)
         self._check_graph_vs_eager(key, obs.num_layers)
+        if obs.role == "target" and not obs.during_graph_setup and obs.is_last_pp_stage:
+            self._target_capture = obs
+            self._check_draft_layers()
 
     def target_forward(self, obs: TargetForward):
         self._ensure_ranks()
@@ -152,6 +165,86 @@ class Recorder:
         elif self.config.log_every_forward:
             self._log_forward(obs)
         self._maybe_summary()
+
+    def draft_loaded(self, obs: DraftLoaded):
+        self._ensure_ranks()
+        self._draft = obs
+        fields = {k: (list(v) if isinstance(v, tuple) else v) for k, v in obs.__dict__.items()}
+        self.logs.emit("info", EV_DRAFT_LOADED, role="draft", **fields)
+        if obs.dropped:
+            self.finding(rules_mod.draft_weights_dropped_finding(obs.model_class, obs.dropped), "draft")
+        replaced = rules_mod.draft_replaced_finding(obs)
+        if replaced is not None:
+            self.finding(replaced, "draft")
+        self._check_draft_layers()
+
+    def draft_forward(self, obs: DraftForward):
+        self._ensure_ranks()
+        self._metric("draft_forward", obs)
+        key = ("draft", obs.model_class, obs.path)
+        signature = obs.signature()
+        if self._signatures.get(key) != signature:
+            self._signatures[key] = signature
+            self.logs.emit("info", EV_DRAFT_FORWARD, role="draft", model_class=obs.model_class, mode=obs.mode,
+                           path=obs.path, aux_width=obs.aux_width, embed_width=obs.embed_width, fc_in=obs.fc_in,
+                           fc_ran=obs.fc_ran, num_aux=obs.num_aux, target_hidden_size=obs.target_hidden_size,
+                           tokens=obs.tokens, error=obs.error)
+            self._metric("draft_shapes", obs)
+            if obs.aux_width is not None:
+                for finding in draft_rules.draft_input_findings(
+                        model_class=obs.model_class, mode=obs.mode, aux_width=obs.aux_width,
+                        embed_width=obs.embed_width, fc_in_width=obs.fc_in,
+                        target_hidden_size=obs.target_hidden_size, num_aux=obs.num_aux):
+                    self.finding(finding, "draft")
+        self._maybe_summary()
+
+    def verify_step(self, step: VerifyStep):
+        self._ensure_ranks()
+        self._window.add_step(step.accepted, step.positions)
+        self._total.add_step(step.accepted, step.positions)
+        self._metric("verify_step", step)
+        if self._clock() - self._last_acceptance >= self.config.summary_interval_s:
+            self._emit_acceptance()
+
+    def _emit_acceptance(self):
+        window, self._window = self._window, AcceptanceWindow()
+        self._last_acceptance = self._clock()
+        if not window.drafts:
+            return
+        fields = window.as_fields()
+        expected = None
+        if self.config.draft_accuracy is not None:
+            expected = expected_mean_length(self.config.draft_accuracy, window.positions)
+            fields.update(expected_mean_accept_length=expected,
+                          observed_over_expected=window.mean_length() / expected)
+        fields["total"] = {k: self._total.as_fields()[k] for k in
+                           ("steps", "drafts", "accepted_tokens", "mean_accept_length", "per_position_rate")}
+        self.logs.emit("info", EV_ACCEPTANCE, role="target", **fields)
+        if expected is not None and window.drafts >= self.config.collapse_min_drafts \
+                and window.mean_length() / expected < self.config.collapse_ratio:
+            seen = sorted({code for code, _, _ in self._seen_findings if code != rules_mod.ACCEPTANCE_COLLAPSE})
+            self.finding(rules_mod.acceptance_collapse_finding(
+                window.mean_length(), expected, self.config.draft_accuracy, window.positions,
+                window.per_position_rate(), window.drafts, self.config.collapse_ratio, seen), "target")
+
+    def _check_draft_layers(self):
+        """The draft's eagle_config ids (and the trained layers, when given) against what the target captured."""
+        target, draft = self._target_capture, self._draft
+        if target is None or draft is None:
+            return
+        captured = target.layers_to_capture
+        if self.config.trained_layers:
+            trained = parse_layer_spec(self.config.trained_layers).hf_indices(
+                self.rules.capture_id_rule, target.num_layers)
+            for finding in draft_rules.layer_mismatch_findings(
+                    captured=captured, trained_hf=trained, num_layers=target.num_layers, rules=self.rules,
+                    requested_ids=target.requested_ids):
+                self.finding(finding, "draft")
+        expected, _ = apply_capture_rule(self.rules.capture_id_rule, draft.eagle_layer_ids, target.num_layers)
+        finding = rules_mod.draft_config_layer_finding(draft.model_class, draft.eagle_layer_ids, expected,
+                                                       captured, target.num_layers)
+        if finding is not None:
+            self.finding(finding, "draft")
 
     def finding(self, finding: Finding, role: str):
         key = (finding.code, role, repr(finding.evidence))
@@ -201,3 +294,5 @@ class Recorder:
         """Write a final summary (at uninstall or process exit)."""
         if self._counts:
             self._maybe_summary(force=True)
+        if self._window.drafts:
+            self._emit_acceptance()

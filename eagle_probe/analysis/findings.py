@@ -119,3 +119,63 @@ def graph_eager_findings(model_class: str, graph_layers: Sequence[int], eager_la
         f"capture {_labels(eager_layers, num_layers)}; steps replayed from a graph feed the draft other "
         f"layers than eager steps (evidence from {source}).",
         graph_layers=list(graph_layers), eager_layers=list(eager_layers), source=source)]
+
+
+def draft_weights_dropped_finding(model_class: str, dropped: Sequence[str]) -> Finding:
+    shown = ", ".join(list(dropped)[:8]) + (f" and {len(dropped) - 8} more" if len(dropped) > 8 else "")
+    return _finding(
+        DRAFT_WEIGHTS_DROPPED,
+        f"{model_class}: SGLang's loader dropped {len(dropped)} checkpoint tensor(s) without a word: {shown}. "
+        f"They match no parameter of the draft as this release builds it (e.g. norm_before_fc / fc_norm "
+        f"weights whose config flag is missing, or more aux layers than the fc takes); the draft runs "
+        f"without them.",
+        dropped=list(dropped))
+
+
+def draft_replaced_finding(obs) -> Optional[Finding]:
+    """obs: DraftLoaded. SGLang always gives an EAGLE-3 draft the target's embedding, and the target's lm_head
+    when the draft config has no draft_vocab_size and does not tie embeddings."""
+    replaced = []
+    if obs.embed_in_checkpoint:
+        replaced.append("embed_tokens (SGLang always shares the target's embedding with an EAGLE-3 draft)")
+    if obs.lm_head_in_checkpoint and obs.lm_head_from_target:
+        replaced.append("lm_head (no draft_vocab_size in the draft config, so SGLang loads the target's)")
+    if not replaced:
+        return None
+    return _finding(
+        DRAFT_EMBEDDING_REPLACED,
+        f"{obs.model_class}: the checkpoint's own {' and '.join(replaced)} will be replaced by the target's. "
+        f"Harmless if the draft was trained with the target's frozen weights; if it was trained with its own, "
+        f"acceptance collapses (seen: 0.99 offline accuracy, 0.012 accept rate).",
+        embed_in_checkpoint=obs.embed_in_checkpoint, lm_head_in_checkpoint=obs.lm_head_in_checkpoint,
+        lm_head_from_target=obs.lm_head_from_target)
+
+
+def draft_config_layer_finding(model_class: str, draft_ids, expected: Sequence[int], captured: Sequence[int],
+                               num_layers: int) -> Optional[Finding]:
+    """The draft config's eagle_aux_hidden_state_layer_ids, mapped by the release's rule, against the
+    layers the target actually captures in this process."""
+    if tuple(expected) == tuple(captured):
+        return None
+    return _finding(
+        LAYER_MISMATCH,
+        f"{model_class}: the draft config names eagle_aux_hidden_state_layer_ids "
+        f"{None if draft_ids is None else list(draft_ids)}, which this release maps to capture indices "
+        f"{_labels(expected, num_layers)}, but the target captures {_labels(captured, num_layers)}; the draft "
+        f"is fed other layers than its config names.",
+        draft_ids=None if draft_ids is None else list(draft_ids), expected=list(expected), captured=list(captured))
+
+
+def acceptance_collapse_finding(observed: float, expected: float, accuracy: float, positions: int,
+                                per_position: Sequence[float], drafts: int, threshold: float,
+                                seen_codes: Sequence[str]) -> Finding:
+    causes = ", ".join(seen_codes) if seen_codes else "none observed in this process; run `eagle-probe doctor` " \
+        "with the target and draft configs and --trained-layers"
+    return _finding(
+        ACCEPTANCE_COLLAPSE,
+        f"mean acceptance length {observed:.2f} tokens per step (bonus included) over {drafts} drafts is "
+        f"{observed / expected:.0%} of the {expected:.2f} expected from a per-token draft accuracy of "
+        f"{accuracy} over {positions} positions (threshold {threshold:.0%}); per-position acceptance "
+        f"{[round(r, 3) for r in per_position]}. Likely causes among the findings seen: {causes}.",
+        observed=round(observed, 4), expected=round(expected, 4), draft_accuracy=accuracy,
+        per_position_rate=[round(r, 4) for r in per_position], drafts=drafts, likely_causes=list(seen_codes))

@@ -97,3 +97,31 @@ def unreachable_indices(indices: Sequence[int], num_layers: int, embedding_captu
         elif not start_layer <= index < end_layer:
             out.append((index, f"outside this pipeline stage's layers [{start_layer}, {end_layer})"))
     return tuple(out)
+
+
+@dataclass(frozen=True)
+class LayerSpec:
+    """Layers named in one of two conventions: 'hf' (HF hidden_states indices, 0 = embedding output)
+    or 'sglang' (ids as written in eagle_aux_hidden_state_layer_ids, mapped by the release's rule)."""
+
+    convention: str
+    ids: Tuple[int, ...]
+
+    def hf_indices(self, rule: str, num_layers: int) -> Tuple[int, ...]:
+        if self.convention == "hf":
+            return self.ids
+        return apply_capture_rule(rule, self.ids, num_layers)[0]
+
+
+def parse_layer_spec(text: str) -> LayerSpec:
+    """'hf:0,3,31' or 'sglang:-1,2,30' -> LayerSpec; raises ValueError naming what is wrong."""
+    convention, sep, rest = text.strip().partition(":")
+    if not sep or convention not in ("hf", "sglang"):
+        raise ValueError(f"{text!r}: expected 'hf:I,J,...' or 'sglang:I,J,...'")
+    try:
+        ids = tuple(int(part) for part in rest.split(",") if part.strip())
+    except ValueError:
+        raise ValueError(f"{text!r}: layer ids must be integers separated by commas") from None
+    if not ids:
+        raise ValueError(f"{text!r}: no layer ids after '{convention}:'")
+    return LayerSpec(convention, ids)

@@ -1,5 +1,6 @@
 """One module per SGLang surface; ALL lists what install() patches."""
 
-from . import deepseek_v2, model_runner
+from . import acceptance, deepseek_v2, llama_eagle3, model_runner
 
-ALL = (model_runner.INTEGRATION, deepseek_v2.INTEGRATION)
+ALL = (model_runner.INTEGRATION, deepseek_v2.INTEGRATION, llama_eagle3.INTEGRATION,
+       llama_eagle3.KIMI_INTEGRATION, acceptance.INTEGRATION)

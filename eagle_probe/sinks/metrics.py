@@ -54,6 +54,25 @@ class MetricsSink:
                               "Exceptions inside the probe (never raised into SGLang).", ("where",))
         self.skipped = counter("eagle_probe_integration_skipped_total",
                                "Patch targets missing from the installed SGLang.", ("integration", "target"))
+        self.draft_forwards = counter("eagle_probe_draft_forwards_total",
+                                      "Python-level EAGLE-3 draft forwards, by whether SGLang ran the draft's fc.",
+                                      ("mode", "path", "fc"))
+        self.draft_input_width = gauge("eagle_probe_draft_input_width",
+                                       "Width of the hidden states entering the draft (spec_info.hidden_states).",
+                                       ("path",))
+        self.draft_fc_in_width = gauge("eagle_probe_draft_fc_in_width", "Input width the draft's fc takes.", ())
+        # vLLM's spec-decode definitions: drafts = request-steps that proposed tokens.
+        self.verify_steps = counter("eagle_probe_spec_verify_steps_total", "Verify steps (batches).", ())
+        self.drafts = counter("eagle_probe_spec_drafts_total", "Draft sequences verified (request-steps).", ())
+        self.draft_tokens = counter("eagle_probe_spec_draft_tokens_total", "Draft tokens proposed.", ())
+        self.accepted = counter("eagle_probe_spec_accepted_tokens_total",
+                                "Draft tokens accepted (bonus token excluded).", ())
+        self.accepted_per_pos = counter("eagle_probe_spec_accepted_tokens_per_pos_total",
+                                        "Draft tokens accepted at each 0-based draft position.", ("position",))
+        self.accept_length = prom.Histogram(
+            "eagle_probe_spec_accepted_length", "Accepted draft tokens per request and verify step (bonus excluded).",
+            RANK_LABELS, buckets=tuple(range(0, 17)) + (float("inf"),), **kw)
+        self._label_names[id(self.accept_length)] = ()
         self._children = {}
         self._layer_series = {}
 
@@ -99,6 +118,39 @@ class MetricsSink:
 
     def internal_error(self, where: str):
         self._child(self.errors, where).inc()
+
+    def draft_forward(self, obs):
+        self._child(self.draft_forwards, obs.mode, obs.path, "ran" if obs.fc_ran else "skipped").inc()
+
+    def draft_shapes(self, obs):
+        if obs.aux_width is not None:
+            self._child(self.draft_input_width, obs.path).set(obs.aux_width)
+        if obs.fc_in is not None:
+            self._child(self.draft_fc_in_width).set(obs.fc_in)
+
+    def verify_step(self, step):
+        # Aggregate the step first: one update per series, not one per request.
+        positions = step.positions
+        per_position = [0] * positions
+        lengths = {}
+        for accepted in step.accepted:
+            accepted = min(max(accepted, 0), positions)
+            lengths[accepted] = lengths.get(accepted, 0) + 1
+            for k in range(accepted):
+                per_position[k] += 1
+        requests = len(step.accepted)
+        self._child(self.verify_steps).inc()
+        if not requests:
+            return
+        self._child(self.drafts).inc(requests)
+        self._child(self.draft_tokens).inc(requests * positions)
+        self._child(self.accepted).inc(sum(per_position))
+        for k, count in enumerate(per_position):
+            self._child(self.accepted_per_pos, str(k)).inc(count)
+        histogram = self._child(self.accept_length)
+        for value, count in lengths.items():
+            for _ in range(count):
+                histogram.observe(value)
 
     def integration_skipped(self, integration: str, target: str):
         self._child(self.skipped, integration, target).inc()

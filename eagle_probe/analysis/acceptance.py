@@ -1,0 +1,66 @@
+"""Speculative acceptance statistics, with vLLM's definitions so figures compare across engines.
+
+Per verify step and request: `positions` draft tokens proposed along the chain (the number of speculative
+steps), `accepted` of them accepted (bonus token excluded). Draft position k (0-based) counts as accepted
+iff accepted > k. Mean acceptance length includes the bonus token: 1 + accepted / drafts.
+"""
+
+from collections import Counter
+from typing import List, Optional, Sequence
+
+
+def expected_mean_length(draft_accuracy: float, positions: int) -> float:
+    """Expected tokens per verify step (bonus included) for a per-token accuracy a: 1 + a + a^2 + ... + a^n."""
+    return 1.0 + sum(draft_accuracy ** k for k in range(1, positions + 1))
+
+
+class AcceptanceWindow:
+    """Counts over a window of verify steps; cheap to update on every step."""
+
+    def __init__(self):
+        self.steps = 0  # verify calls
+        self.drafts = 0  # request-steps that proposed drafts
+        self.draft_tokens = 0
+        self.accepted_tokens = 0
+        self.per_position = Counter()
+        self.length_histogram = Counter()  # accepted drafts per request-step -> count
+        self.positions = 0
+
+    def add_step(self, accepted_per_request: Sequence[int], positions: int):
+        self.steps += 1
+        self.positions = max(self.positions, positions)
+        for accepted in accepted_per_request:
+            accepted = min(max(int(accepted), 0), positions)
+            self.drafts += 1
+            self.draft_tokens += positions
+            self.accepted_tokens += accepted
+            self.length_histogram[accepted] += 1
+            for k in range(accepted):
+                self.per_position[k] += 1
+
+    def mean_accepted_drafts(self) -> Optional[float]:
+        return self.accepted_tokens / self.drafts if self.drafts else None
+
+    def mean_length(self) -> Optional[float]:
+        """Tokens per request-step including the bonus token."""
+        return 1.0 + self.accepted_tokens / self.drafts if self.drafts else None
+
+    def per_position_rate(self) -> List[float]:
+        return [self.per_position[k] / self.drafts if self.drafts else 0.0 for k in range(self.positions)]
+
+    def conditional_rate(self) -> List[Optional[float]]:
+        """P(accepted at k | accepted at k-1); position 0 is unconditional."""
+        out = []
+        for k in range(self.positions):
+            previous = self.drafts if k == 0 else self.per_position[k - 1]
+            out.append(self.per_position[k] / previous if previous else None)
+        return out
+
+    def as_fields(self) -> dict:
+        return {
+            "steps": self.steps, "drafts": self.drafts, "draft_tokens": self.draft_tokens,
+            "accepted_tokens": self.accepted_tokens, "positions": self.positions,
+            "mean_accepted_drafts": self.mean_accepted_drafts(), "mean_accept_length": self.mean_length(),
+            "per_position_rate": self.per_position_rate(), "conditional_rate": self.conditional_rate(),
+            "accept_length_histogram": {str(k): v for k, v in sorted(self.length_histogram.items())},
+        }

@@ -1,0 +1,50 @@
+"""Per-step acceptance from values SGLang already holds on the CPU (no device synchronisation added).
+
+0.5.23: SchedulerBatchResultProcessor._resolve_spec_v2_tokens(result, batch) has just turned accept_lens
+into result.num_correct_drafts_per_req_cpu (bonus excluded) and counted every request that was neither
+retracted nor finished; the probe reads the same after it returns.
+"""
+
+import sys
+
+from ..observations import VerifyStep
+from ..state import STATE
+from .base import Integration, PatchTarget
+
+BATCH_RESULT_PROCESSOR = "sglang.srt.managers.scheduler_components.batch_result_processor"
+
+_num_steps = None
+
+
+def _draft_positions(result) -> int:
+    """Draft positions along the chain: the speculative steps of this server."""
+    global _num_steps
+    if _num_steps is None:
+        context = sys.modules.get("sglang.srt.runtime_context")
+        try:
+            _num_steps = int(context.get_spec().speculative_num_steps)
+        except Exception:
+            # A chain proposes num_draft_tokens - 1 tokens (the rest is the bonus).
+            return int(result.speculative_num_draft_tokens) - int(getattr(result, "num_non_draft_tokens_per_req", 1))
+    return _num_steps
+
+
+def resolve_spec_v2_tokens_wrapper(wrapped, instance, args, kwargs):
+    output = wrapped(*args, **kwargs)
+    if STATE.active:
+        try:
+            result = args[0] if args else kwargs["result"]
+            batch = args[1] if len(args) > 1 else kwargs["batch"]
+            per_request = result.num_correct_drafts_per_req_cpu
+            live = tuple(int(n) for n, req in zip(per_request, batch.reqs)
+                         if not (req.is_retracted or req.finished()))
+            STATE.recorder.verify_step(VerifyStep(live, _draft_positions(result)))
+        except Exception as exc:
+            STATE.report_error("acceptance.resolve_spec_v2_tokens", exc)
+    return output
+
+
+INTEGRATION = Integration("acceptance", (
+    PatchTarget(BATCH_RESULT_PROCESSOR, "SchedulerBatchResultProcessor._resolve_spec_v2_tokens",
+                resolve_spec_v2_tokens_wrapper),
+))

@@ -1,0 +1,137 @@
+"""Draft side: SGLang's EAGLE-3 draft models.
+
+Wraps the inner draft model forward (what came in from the target, and whether fc ran: SGLang skips it
+silently when the incoming width equals the embedding width), for llama_eagle3 and, in releases that have
+it, Kimi-K2.5's MLA draft; and LlamaForCausalLMEagle3.load_weights (which drops unknown tensors silently).
+"""
+
+import weakref
+
+from ..analysis.draft_weights import unconsumed_weights
+from ..observations import DraftForward, DraftLoaded
+from ..state import STATE
+from .base import Integration, PatchTarget
+from .capture_state import is_capturing
+
+LLAMA_EAGLE3 = "sglang.srt.models.llama_eagle3"
+KIMI_EAGLE3 = "sglang.srt.models.kimi_k25_eagle3"
+
+
+def _width(module, *names):
+    for name in names:
+        value = getattr(module, name, None)
+        if isinstance(value, int):
+            return value
+    return None
+
+
+class _DraftStatic:
+    __slots__ = ("model_class", "fc_in", "embed_width", "num_aux", "target_hidden_size")
+
+    def __init__(self, instance):
+        self.model_class = type(instance).__name__
+        fc = getattr(instance, "fc", None)
+        # nn.Linear has in_features; Kimi's ColumnParallelLinear has input_size.
+        self.fc_in = _width(fc, "in_features", "input_size") if fc is not None else None
+        self.embed_width = _width(getattr(instance, "embed_tokens", None), "embedding_dim")
+        self.num_aux = _width(instance, "num_aux_hidden_states")
+        self.target_hidden_size = _width(instance, "hidden_size_in")
+
+
+_statics = weakref.WeakKeyDictionary()
+
+
+def _observe_draft_forward(instance, args, kwargs, error):
+    static = _statics.get(instance)
+    if static is None:
+        static = _statics[instance] = _DraftStatic(instance)
+    forward_batch = args[2] if len(args) > 2 else kwargs["forward_batch"]
+    input_ids = args[0] if args else kwargs.get("input_ids")
+    input_embeds = args[3] if len(args) > 3 else kwargs.get("input_embeds")
+    hidden = getattr(forward_batch.spec_info, "hidden_states", None)
+    aux_width = hidden.shape[-1] if hidden is not None else None
+    embed_width = input_embeds.shape[-1] if input_embeds is not None else static.embed_width
+    STATE.recorder.draft_forward(DraftForward(
+        static.model_class, forward_batch.forward_mode.name, is_capturing(), aux_width, embed_width,
+        static.fc_in, aux_width is not None and aux_width != embed_width, static.num_aux,
+        static.target_hidden_size, input_ids.shape[0] if input_ids is not None else 0,
+        None if error is None else f"{type(error).__name__}: {error}"[:300]))
+
+
+def draft_forward_wrapper(wrapped, instance, args, kwargs):
+    if not STATE.active:
+        return wrapped(*args, **kwargs)
+    try:
+        result = wrapped(*args, **kwargs)
+    except Exception as error:
+        try:
+            _observe_draft_forward(instance, args, kwargs, error)
+        except Exception as exc:
+            STATE.report_error("llama_eagle3.forward", exc)
+        raise
+    try:
+        _observe_draft_forward(instance, args, kwargs, None)
+    except Exception as exc:
+        STATE.report_error("llama_eagle3.forward", exc)
+    return result
+
+
+def _tap_names(weights, names):
+    # Pass every (name, tensor) through unchanged; keep only the name.
+    for item in weights:
+        names.append(item[0])
+        yield item
+
+
+def _observe_loaded(instance, names):
+    config = instance.config
+    inner = instance.model
+    eagle_config = getattr(config, "eagle_config", None) or {}
+    ids = eagle_config.get("eagle_aux_hidden_state_layer_ids")
+    fc = getattr(inner, "fc", None)
+    dropped, ignored = unconsumed_weights(names, [n for n, _ in instance.named_parameters()])
+    STATE.recorder.draft_loaded(DraftLoaded(
+        model_class=type(instance).__name__,
+        eagle_layer_ids=None if ids is None else tuple(int(i) for i in ids),
+        use_aux_hidden_state=eagle_config.get("use_aux_hidden_state"),
+        target_hidden_size=getattr(config, "target_hidden_size", None),
+        draft_hidden_size=getattr(config, "hidden_size", None),
+        num_aux=_width(inner, "num_aux_hidden_states"),
+        fc_in=_width(fc, "in_features", "input_size") if fc is not None else None,
+        fc_out=_width(fc, "out_features", "output_size") if fc is not None else None,
+        norm_before_fc=getattr(inner, "input_norm", None) is not None,
+        fc_norm=getattr(inner, "fc_norm", None) is not None,
+        norm_output=bool(getattr(inner, "norm_output", False)),
+        draft_vocab_size=getattr(config, "draft_vocab_size", None),
+        lm_head_from_target=bool(getattr(instance, "load_lm_head_from_target", False)),
+        checkpoint_tensors=len(names),
+        dropped=dropped, ignored=ignored,
+        embed_in_checkpoint=any(n.endswith("embed_tokens.weight") for n in names),
+        lm_head_in_checkpoint=any(n.endswith("lm_head.weight") for n in names),
+    ))
+
+
+def load_weights_wrapper(wrapped, instance, args, kwargs):
+    if not STATE.active:
+        return wrapped(*args, **kwargs)
+    names = []
+    if args:
+        args = (_tap_names(args[0], names),) + tuple(args[1:])
+    elif "weights" in kwargs:
+        kwargs = dict(kwargs, weights=_tap_names(kwargs["weights"], names))
+    result = wrapped(*args, **kwargs)
+    try:
+        _observe_loaded(instance, names)
+    except Exception as exc:
+        STATE.report_error("llama_eagle3.load_weights", exc)
+    return result
+
+
+INTEGRATION = Integration("llama_eagle3", (
+    PatchTarget(LLAMA_EAGLE3, "LlamaModel.forward", draft_forward_wrapper, inner_forward=True),
+    PatchTarget(LLAMA_EAGLE3, "LlamaForCausalLMEagle3.load_weights", load_weights_wrapper),
+))
+
+KIMI_INTEGRATION = Integration("kimi_k25_eagle3", (
+    PatchTarget(KIMI_EAGLE3, "Eagle3MLAModel.forward", draft_forward_wrapper, inner_forward=True),
+))
