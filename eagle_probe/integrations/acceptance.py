@@ -1,8 +1,13 @@
 """Per-step acceptance from values SGLang already holds on the CPU (no device synchronisation added).
 
-0.5.23: SchedulerBatchResultProcessor._resolve_spec_v2_tokens(result, batch) has just turned accept_lens
-into result.num_correct_drafts_per_req_cpu (bonus excluded) and counted every request that was neither
-retracted nor finished; the probe reads the same after it returns.
+All three read accepted draft tokens per request with the bonus token excluded, after SGLang computed them:
+- 0.5.23: SchedulerBatchResultProcessor._resolve_spec_v2_tokens(result, batch) -> num_correct_drafts_per_req_cpu,
+  counting the requests SGLang counts (neither retracted nor finished);
+- 0.5.8, default v1 worker: EAGLEWorker.verify(batch, spec_info) -> (.., EagleVerifyOutput, ..);
+  accept_length_per_req_cpu (SGLang truncates it when a request finishes inside the accepted run);
+- 0.5.8 with SGLANG_ENABLE_SPEC_V2: Scheduler._resolve_spec_overlap_token_ids(result, batch) ->
+  result.accept_length_per_req_cpu.
+A release has only some of these modules and methods; the others are never patched.
 """
 
 import sys
@@ -44,7 +49,34 @@ def resolve_spec_v2_tokens_wrapper(wrapped, instance, args, kwargs):
     return output
 
 
+def eagle_worker_verify_wrapper(wrapped, instance, args, kwargs):
+    output = wrapped(*args, **kwargs)
+    if STATE.active:
+        try:
+            verify_output = output[1]
+            accepted = tuple(int(n) for n in verify_output.accept_length_per_req_cpu)
+            STATE.recorder.verify_step(VerifyStep(accepted, int(instance.speculative_num_steps)))
+        except Exception as exc:
+            STATE.report_error("acceptance.eagle_worker_verify", exc)
+    return output
+
+
+def resolve_spec_overlap_wrapper(wrapped, instance, args, kwargs):
+    output = wrapped(*args, **kwargs)
+    if STATE.active:
+        try:
+            result = args[0] if args else kwargs["result"]
+            accepted = tuple(int(n) for n in result.accept_length_per_req_cpu)
+            STATE.recorder.verify_step(VerifyStep(accepted, int(instance.server_args.speculative_num_steps)))
+        except Exception as exc:
+            STATE.report_error("acceptance.resolve_spec_overlap_token_ids", exc)
+    return output
+
+
 INTEGRATION = Integration("acceptance", (
+    PatchTarget("sglang.srt.speculative.eagle_worker", "EAGLEWorker.verify", eagle_worker_verify_wrapper),
+    PatchTarget("sglang.srt.managers.scheduler_output_processor_mixin",
+                "SchedulerOutputProcessorMixin._resolve_spec_overlap_token_ids", resolve_spec_overlap_wrapper),
     PatchTarget(BATCH_RESULT_PROCESSOR, "SchedulerBatchResultProcessor._resolve_spec_v2_tokens",
                 resolve_spec_v2_tokens_wrapper),
 ))
