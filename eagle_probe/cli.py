@@ -1,4 +1,4 @@
-"""The eagle-probe command line: run, summarize, bootstrap-path."""
+"""The eagle-probe command line: run, doctor, summarize, bootstrap-path."""
 
 import argparse
 import os
@@ -58,14 +58,42 @@ def cmd_summarize(args) -> int:
         print(f"eagle-probe summarize: no such file or directory: {', '.join(missing)}", file=sys.stderr)
         return 2
     lines = iter_lines(paths) if paths else sys.stdin
-    report = build_report(list(parse_events(lines)))
+    try:
+        events = list(parse_events(lines))
+    except OSError as exc:
+        print(f"eagle-probe summarize: cannot read {exc.filename or 'input'}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    if not events:
+        where = ", ".join(paths) if paths else "stdin"
+        print(f"eagle-probe summarize: no eagle_probe events in {where} (expected the probe's JSON lines: "
+              f"*.jsonl / *.log files or a directory of them)", file=sys.stderr)
+        return 2
+    report = build_report(events)
+    if args.html:
+        from .html_report import render_html
+        try:
+            with open(args.html, "w", encoding="utf-8") as handle:
+                handle.write(render_html(report))
+        except OSError as exc:
+            print(f"eagle-probe summarize: cannot write --html {args.html}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
     if args.format == "json":
-        ranks = [{"tp_rank": k[0], "pp_rank": k[1], "dp_rank": k[2], "pid": k[3], **v}
-                 for k, v in report["ranks"].items()]
-        print(json.dumps({"ranks": ranks, "notices": report["notices"]}, default=str))
+        print(json.dumps(report, default=str))
     else:
         print(render_text(report))
+        if args.html:
+            print(f"HTML report: {args.html}")
     return 0
+
+
+def cmd_compat(args) -> int:
+    import json
+
+    from .compat import compat_report, exit_status, render
+
+    report = compat_report(import_modules=not args.no_import, source_check=args.source)
+    print(json.dumps(report, default=str) if args.format == "json" else render(report))
+    return exit_status(report)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -85,10 +113,22 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ...")
     run.set_defaults(func=cmd_run)
 
+    from .doctor import add_parser as add_doctor_parser
+    add_doctor_parser(sub)
+
     summ = sub.add_parser("summarize", help="summarise the probe's JSON logs of all ranks")
     summ.add_argument("paths", nargs="*", help="log files or directories (default: stdin)")
     summ.add_argument("--format", choices=("text", "json"), default="text")
+    summ.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report with plots")
     summ.set_defaults(func=cmd_summarize)
+
+    compat = sub.add_parser("compat", help="for the installed SGLang: every integration target resolved / skipped "
+                            "(and why) and the version rules in force")
+    compat.add_argument("--format", choices=("text", "json"), default="text")
+    compat.add_argument("--no-import", action="store_true", help="do not import SGLang's modules (targets unresolved)")
+    compat.add_argument("--source", action="store_true", help="also run the contract check on the installed "
+                        "SGLang's source")
+    compat.set_defaults(func=cmd_compat)
 
     path = sub.add_parser("bootstrap-path", help="print the directory to put first on PYTHONPATH")
     path.set_defaults(func=lambda args: print(BOOTSTRAP_DIR) or 0)

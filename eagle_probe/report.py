@@ -1,34 +1,165 @@
-"""A readable report of what the probe saw, per process (rank), from its JSON logs."""
+"""A readable report of what the probe saw, per process (rank), from its JSON logs.
 
-from collections import defaultdict
+build_report(events) returns one JSON-ready dict; render_text and html_report.render_html draw it.
+"""
+
+import json
+from collections import Counter, defaultdict
+
+NOTICE_EVENTS = ("eagle_probe.config_error", "eagle_probe.unsupported_version", "eagle_probe.integration.skipped")
 
 
 def _rank_key(event: dict):
     return (event.get("tp_rank"), event.get("pp_rank"), event.get("dp_rank"), event.get("pid"))
 
 
+def _sort_key(key):
+    return tuple((x is None, str(x).zfill(12) if isinstance(x, int) else str(x)) for x in key)
+
+
+def _group_findings(events):
+    groups = {}
+    for event in events:
+        code = event.get("code", "unknown")
+        group = groups.setdefault(code, {"code": code, "severity": event.get("severity"), "count": 0,
+                                         "first_time": event.get("timestamp"), "last_time": event.get("timestamp"),
+                                         "roles": [], "first_message": event.get("message"), "ranks": []})
+        group["count"] += 1
+        ts = event.get("timestamp")
+        if ts is not None:
+            if group["first_time"] is None or ts < group["first_time"]:
+                group["first_time"], group["first_message"] = ts, event.get("message")
+            if group["last_time"] is None or ts >= group["last_time"]:
+                group["last_time"] = ts
+        group["last_message"] = event.get("message")
+        if event.get("role") not in group["roles"]:
+            group["roles"].append(event.get("role"))
+        rank = event.get("tp_rank")
+        if rank not in group["ranks"]:
+            group["ranks"].append(rank)
+    order = {"error": 0, "warning": 1}
+    return sorted(groups.values(), key=lambda g: (order.get(g["severity"], 2), g["code"]))
+
+
+def _acceptance(events):
+    """Windows of one rank: totals summed over windows, per-position rates weighted by drafts."""
+    if not events:
+        return None
+    drafts = sum(e.get("drafts") or e.get("steps") or 0 for e in events)
+    accepted = sum(e.get("accepted_tokens") or 0 for e in events)
+    drafted = sum(e.get("draft_tokens") or e.get("drafted_tokens") or 0 for e in events)
+    positions = max((len(e.get("per_position_rate") or []) for e in events), default=0)
+    per_pos = []
+    for k in range(positions):
+        num = den = 0.0
+        for e in events:
+            rates = e.get("per_position_rate") or []
+            weight = e.get("drafts") or e.get("steps") or 0
+            if k < len(rates) and rates[k] is not None:
+                num += rates[k] * weight
+                den += weight
+        per_pos.append(num / den if den else None)
+    conditional = [per_pos[k] if k == 0 else
+                   (per_pos[k] / per_pos[k - 1] if per_pos[k] is not None and per_pos[k - 1] else None)
+                   for k in range(positions)]
+    histogram = Counter()
+    for e in events:
+        for length, count in (e.get("accept_length_histogram") or {}).items():
+            histogram[str(length)] += int(count)
+    lengths = [(e.get("mean_accept_length"), e.get("drafts") or e.get("steps") or 0) for e in events]
+    weighted = [(m, w) for m, w in lengths if m is not None and w]
+    mean_len = (sum(m * w for m, w in weighted) / sum(w for _, w in weighted)) if weighted else None
+    if mean_len is None and drafts:
+        mean_len = 1.0 + accepted / drafts
+    return {
+        "windows": len(events), "steps": sum(e.get("steps") or 0 for e in events), "drafts": drafts,
+        "draft_tokens": drafted, "accepted_tokens": accepted,
+        "accept_rate": accepted / drafted if drafted else None,
+        "mean_accept_length": mean_len, "per_position_rate": per_pos, "conditional_rate": conditional,
+        "accept_length_histogram": dict(sorted(histogram.items(), key=lambda kv: int(kv[0]) if kv[0].lstrip("-").isdigit() else 0)),
+        "expected_mean_accept_length": events[-1].get("expected_mean_accept_length"),
+        "over_time": [{"timestamp": e.get("timestamp"), "mean_accept_length": e.get("mean_accept_length"),
+                       "accept_rate": (e["accepted_tokens"] / e["draft_tokens"])
+                       if e.get("draft_tokens") and e.get("accepted_tokens") is not None else None,
+                       "drafts": e.get("drafts")} for e in events],
+        "last": events[-1],
+    }
+
+
+def _distinct_forwards(forwards):
+    """One row per forward signature (tokens and the token dimension of the shape ignored), with a count."""
+    out = {}
+    for f in forwards:
+        shape = f.get("aux_shape")
+        key = json.dumps([f.get(k) for k in ("model_class", "role", "mode", "path", "can_run_tbo", "layers_to_capture",
+                                             "tbo_layers", "lost", "aux_returned", "aux_expected", "aux_format",
+                                             "slot_widths", "dtype", "error")] + [shape[1:] if shape else shape],
+                         default=str)
+        if key not in out:
+            out[key] = dict(f, seen=0, tokens_seen=[])
+        out[key]["seen"] += 1
+        if f.get("tokens") is not None and f["tokens"] not in out[key]["tokens_seen"]:
+            out[key]["tokens_seen"].append(f["tokens"])
+    return list(out.values())
+
+
 def build_report(events: list) -> dict:
-    ranks = defaultdict(lambda: {"capture": [], "forwards": [], "findings": {}, "summary": None, "errors": []})
+    raw = defaultdict(lambda: {"started": None, "capture": [], "forwards": [], "draft": [], "findings": [],
+                               "summary": None, "errors": [], "acceptance": []})
     notices = []
     for event in events:
-        name = event["event"]
-        if name in ("eagle_probe.config_error", "eagle_probe.unsupported_version", "eagle_probe.integration.skipped"):
+        name = event.get("event")
+        if name in NOTICE_EVENTS:
             notices.append(event)
             continue
-        entry = ranks[_rank_key(event)]
-        if name == "eagle_probe.capture.configured":
+        entry = raw[_rank_key(event)]
+        if name == "eagle_probe.started":
+            entry["started"] = event
+        elif name == "eagle_probe.capture.configured":
             entry["capture"].append(event)
         elif name == "eagle_probe.target.forward":
             entry["forwards"].append(event)
+        elif name in ("eagle_probe.draft.loaded", "eagle_probe.draft.forward"):
+            entry["draft"].append(event)
         elif name == "eagle_probe.finding":
-            found = entry["findings"].setdefault(event["code"], {"count": 0, "first": event, "last": event})
-            found["count"] += 1
-            found["last"] = event
+            entry["findings"].append(event)
         elif name == "eagle_probe.summary":
             entry["summary"] = event
         elif name == "eagle_probe.internal_error":
             entry["errors"].append(event)
-    return {"ranks": dict(ranks), "notices": notices}
+        elif name == "eagle_probe.acceptance":
+            entry["acceptance"].append(event)
+    ranks = []
+    for key in sorted(raw, key=_sort_key):
+        entry = raw[key]
+        if entry["summary"]:
+            mix = [dict(f) for f in entry["summary"].get("forwards", [])]
+            mix_source = "summary"
+        else:
+            counts = Counter((f.get("role"), f.get("mode"), f.get("path"), bool(f.get("can_run_tbo")))
+                             for f in entry["forwards"])
+            mix = [{"role": r, "mode": m, "path": p, "tbo": t, "count": c} for (r, m, p, t), c in sorted(
+                counts.items(), key=lambda kv: tuple(str(x) for x in kv[0]))]
+            mix_source = "distinct forward signatures (no summary yet)"
+        paths = Counter()
+        for f in mix:
+            paths[f.get("path") + ("+tbo" if f.get("tbo") else "")] += f.get("count") or 0
+        ranks.append({
+            "tp_rank": key[0], "pp_rank": key[1], "dp_rank": key[2], "pid": key[3],
+            "sglang_version": (entry["started"] or {}).get("sglang_version"),
+            "rules": (entry["started"] or {}).get("rules"),
+            "capture": entry["capture"], "forwards": _distinct_forwards(entry["forwards"]), "draft": entry["draft"],
+            "path_mix": mix, "path_totals": dict(paths), "path_mix_source": mix_source,
+            "findings": _group_findings(entry["findings"]), "summary": entry["summary"],
+            "errors": entry["errors"], "acceptance": _acceptance(entry["acceptance"]),
+        })
+    all_findings = [e for e in events if e.get("event") == "eagle_probe.finding"]
+    return {"ranks": ranks, "notices": notices, "findings": _group_findings(all_findings),
+            "events": len(events)}
+
+
+def _fmt(value, digits=3):
+    return "n/a" if value is None else (f"{value:.{digits}f}" if isinstance(value, float) else str(value))
 
 
 def render_text(report: dict) -> str:
@@ -38,29 +169,48 @@ def render_text(report: dict) -> str:
                                                          if k not in ("event", "timestamp", "level", "logger")))
     if not report["ranks"]:
         out.append("No probe events found.")
-    for (tp, pp, dp, pid), entry in sorted(report["ranks"].items(), key=lambda kv: tuple(str(x) for x in kv[0])):
-        out.append(f"== tp_rank={tp} pp_rank={pp} dp_rank={dp} pid={pid}")
-        for cfg in entry["capture"]:
+    for rank in report["ranks"]:
+        out.append(f"== tp_rank={rank['tp_rank']} pp_rank={rank['pp_rank']} dp_rank={rank['dp_rank']} pid={rank['pid']}"
+                   + (f" sglang {rank['sglang_version']}" if rank["sglang_version"] else ""))
+        for cfg in rank["capture"]:
             setup = " (during CUDA-graph set-up)" if cfg.get("during_graph_setup") else ""
-            out.append(f"  capture configured by {cfg['caller']}{setup}: ids {cfg['requested_ids']} -> "
-                       f"layers_to_capture {cfg['layers_to_capture']} [{cfg['mapping']}; rule {cfg['version_rule']}]")
-            for slot in cfg["slots"]:
+            out.append(f"  capture configured by {cfg.get('caller')}{setup}: ids {cfg.get('requested_ids')} -> "
+                       f"layers_to_capture {cfg.get('layers_to_capture')} [{cfg.get('mapping')}; rule {cfg.get('version_rule')}]")
+            for slot in cfg.get("slots") or []:
                 out.append(f"    slot {slot['slot']}: capture index {slot['capture_index']} = HF hidden_states"
                            f"[{slot['hf_index']}] = {slot['label']}")
-        for fwd in entry["forwards"]:
-            tbo = f", TBO layers {fwd['tbo_layers']} (lost {fwd['lost']})" if fwd.get("tbo_layers") else ""
-            out.append(f"  forward {fwd['model_class']} {fwd['role']} {fwd['mode']} path={fwd['path']}"
-                       f" tbo={fwd['can_run_tbo']}{tbo}: aux {fwd['aux_returned']}/{fwd['aux_expected']}"
-                       f" {fwd['aux_format']} shape={fwd['aux_shape']} widths={fwd['slot_widths']} "
-                       f"dtype={fwd['dtype']} tokens={fwd['tokens']}" + (f" ERROR {fwd['error']}" if fwd.get("error") else ""))
-        if entry["summary"]:
-            counts = ", ".join(f"{f['role']}/{f['mode']}/{f['path']}{'/tbo' if f['tbo'] else ''}: {f['count']}"
-                               for f in entry["summary"]["forwards"])
-            out.append(f"  forwards so far: {counts}; captures lost: {entry['summary']['captures_lost']}")
-        if not entry["findings"]:
+        for fwd in rank["forwards"]:
+            tbo = f", TBO layers {fwd.get('tbo_layers')} (lost {fwd.get('lost')})" if fwd.get("tbo_layers") else ""
+            out.append(f"  forward {fwd.get('model_class')} {fwd.get('role')} {fwd.get('mode')} path={fwd.get('path')}"
+                       f" tbo={fwd.get('can_run_tbo')}{tbo}: aux {fwd.get('aux_returned')}/{fwd.get('aux_expected')}"
+                       f" {fwd.get('aux_format')} shape={fwd.get('aux_shape')} widths={fwd.get('slot_widths')} "
+                       f"dtype={fwd.get('dtype')} tokens={fwd.get('tokens_seen')} (logged {fwd.get('seen')}x)"
+                       + (f" ERROR {fwd['error']}" if fwd.get("error") else ""))
+        for ev in rank["draft"]:
+            fields = ", ".join(f"{k}={v}" for k, v in ev.items() if k not in (
+                "event", "timestamp", "level", "logger", "pid", "tp_rank", "tp_size", "pp_rank", "dp_rank"))
+            out.append(f"  {ev['event'].split('.', 1)[1]}: {fields}")
+        if rank["path_mix"]:
+            counts = ", ".join(f"{f.get('role')}/{f.get('mode')}/{f.get('path')}{'/tbo' if f.get('tbo') else ''}: "
+                               f"{f.get('count')}" for f in rank["path_mix"])
+            out.append(f"  path mix ({rank['path_mix_source']}): {counts}")
+        if rank["summary"]:
+            out.append(f"  captures lost: {rank['summary'].get('captures_lost')}; probe internal errors: "
+                       f"{rank['summary'].get('internal_errors')}")
+        acc = rank["acceptance"]
+        if acc:
+            out.append(f"  acceptance over {acc['windows']} window(s), {acc['drafts']} drafts: mean accept length "
+                       f"{_fmt(acc['mean_accept_length'], 2)} (bonus included"
+                       + (f"; expected {_fmt(acc['expected_mean_accept_length'], 2)}" if acc["expected_mean_accept_length"] else "")
+                       + f"), accept rate {_fmt(acc['accept_rate'])}")
+            out.append("    per draft position: " + ", ".join(_fmt(r) for r in acc["per_position_rate"])
+                       + "; conditional: " + ", ".join(_fmt(r) for r in acc["conditional_rate"]))
+            out.append("    accepted drafts per step: " + ", ".join(f"{k}: {v}" for k, v in acc["accept_length_histogram"].items()))
+        if not rank["findings"]:
             out.append("  findings: none")
-        for code, found in sorted(entry["findings"].items()):
-            out.append(f"  FINDING {code} [{found['first']['severity']}] x{found['count']}: {found['last']['message']}")
-        for err in entry["errors"]:
-            out.append(f"  probe internal error in {err['where']}: {err['error']}")
+        for f in rank["findings"]:
+            when = f"{f['first_time']} .. {f['last_time']}" if f["first_time"] != f["last_time"] else f"{f['first_time']}"
+            out.append(f"  FINDING {f['code']} [{f['severity']}] x{f['count']} ({when}): {f['last_message']}")
+        for err in rank["errors"]:
+            out.append(f"  probe internal error in {err.get('where')}: {err.get('error')}")
     return "\n".join(out)

@@ -99,29 +99,37 @@ def unreachable_indices(indices: Sequence[int], num_layers: int, embedding_captu
     return tuple(out)
 
 
-@dataclass(frozen=True)
-class LayerSpec:
-    """Layers named in one of two conventions: 'hf' (HF hidden_states indices, 0 = embedding output)
-    or 'sglang' (ids as written in eagle_aux_hidden_state_layer_ids, mapped by the release's rule)."""
-
-    convention: str
-    ids: Tuple[int, ...]
-
-    def hf_indices(self, rule: str, num_layers: int) -> Tuple[int, ...]:
-        if self.convention == "hf":
-            return self.ids
-        return apply_capture_rule(rule, self.ids, num_layers)[0]
+TRAINED_LAYERS_HELP = (
+    "layers the draft was trained on, with the convention named: 'hf:0,3,31' (HuggingFace "
+    "output_hidden_states indices: 0 = embedding output, i = output of layer i-1) or 'sglang:-1,2,30' "
+    "(layer numbers: -1 = embedding output, k = output of layer k); 'embedding' is accepted in both")
 
 
-def parse_layer_spec(text: str) -> LayerSpec:
-    """'hf:0,3,31' or 'sglang:-1,2,30' -> LayerSpec; raises ValueError naming what is wrong."""
-    convention, sep, rest = text.strip().partition(":")
-    if not sep or convention not in ("hf", "sglang"):
-        raise ValueError(f"{text!r}: expected 'hf:I,J,...' or 'sglang:I,J,...'")
-    try:
-        ids = tuple(int(part) for part in rest.split(",") if part.strip())
-    except ValueError:
-        raise ValueError(f"{text!r}: layer ids must be integers separated by commas") from None
-    if not ids:
-        raise ValueError(f"{text!r}: no layer ids after '{convention}:'")
-    return LayerSpec(convention, ids)
+def parse_trained_layers(spec: str) -> Tuple[int, ...]:
+    """'hf:0,3,31' or 'sglang:-1,2,30' (== 'layer:...') -> HF hidden_states indices.
+
+    Raises ValueError naming what is wrong. The same layers in both conventions: hf = layer number + 1.
+    """
+    if ":" not in spec:
+        raise ValueError("name the convention, e.g. 'hf:0,3,31' or 'sglang:-1,2,30'")
+    convention, _, body = spec.partition(":")
+    convention = convention.strip().lower()
+    if convention not in ("hf", "sglang", "layer"):
+        raise ValueError(f"unknown convention {convention!r}; accepted: hf, sglang (or layer)")
+    out = []
+    for token in (t.strip() for t in body.split(",")):
+        if token.lower() in ("embedding", "emb", "embed"):
+            out.append(0)
+            continue
+        try:
+            value = int(token)
+        except ValueError:
+            raise ValueError(f"{token!r} is not an integer or 'embedding'") from None
+        hf = value if convention == "hf" else value + 1
+        if hf < 0:
+            raise ValueError(f"{token!r} is below the embedding output "
+                             f"({'0' if convention == 'hf' else '-1'} in this convention)")
+        out.append(hf)
+    if not out:
+        raise ValueError("no layers given")
+    return tuple(out)

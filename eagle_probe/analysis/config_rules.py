@@ -1,0 +1,284 @@
+"""Configuration rules: predict, from the target's and draft's configs alone, what SGLang will capture on
+each path and what the draft will receive, and turn every problem into a finding.
+
+Pure functions on plain values (no SGLang import, no file I/O): `eagle-probe doctor` parses the configs
+and calls `predict` and `config_findings`. The findings reuse the running probe's rules
+(analysis.findings, analysis.draft_rules) so both read the same.
+"""
+
+from dataclasses import dataclass, field, replace
+from typing import List, Optional, Sequence, Tuple
+
+from ..observations import CaptureConfigured, Finding
+from ..versions import VersionRules
+from .draft_rules import draft_input_findings, ids_for_capture, layer_mismatch_findings
+from .findings import (DRAFT_WEIGHTS_DROPPED, FC_WIDTH_MISMATCH, PP_STAGE_NO_CAPTURE, TBO_CAPTURE_LOST,
+                       _finding, _labels, capture_config_findings, graph_eager_findings)
+from .layers import apply_capture_rule, capture_label, default_layer_ids, split_layers
+
+EAGLE3, EAGLE = "EAGLE3", "EAGLE"
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    model_class: str
+    num_layers: int
+    hidden_size: int
+    first_k_dense_replace: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class DraftSpec:
+    model_class: str
+    hidden_size: int
+    target_hidden_size: Optional[int] = None
+    layer_ids: Optional[Tuple[int, ...]] = None  # eagle_aux_hidden_state_layer_ids; None: SGLang's defaults
+    num_aux_hidden_states: Optional[int] = None
+    use_aux_hidden_state: bool = True
+    norm_before_fc: bool = False
+    fc_norm: bool = False
+
+    @property
+    def input_hidden_size(self) -> int:
+        return self.target_hidden_size or self.hidden_size
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    algorithm: str = EAGLE3
+    cuda_graph: bool = True
+    tbo: bool = False
+    pp_size: int = 1
+    pp_partition: Optional[Tuple[int, ...]] = None  # SGLANG_PP_LAYER_PARTITION
+
+
+@dataclass(frozen=True)
+class PathPrediction:
+    name: str  # eager | cuda_graph | eager+tbo | cuda_graph+tbo
+    description: str
+    requested_ids: Optional[Tuple[int, ...]]  # what the setter receives on this path (None: no ids)
+    configured: Tuple[int, ...]  # layers_to_capture
+    captured: Tuple[int, ...]  # what actually reaches the draft, in slot order
+    lost: Tuple[int, ...] = ()
+    lost_reason: str = ""
+    tbo_range: Optional[Tuple[int, int]] = None
+
+
+@dataclass(frozen=True)
+class Prediction:
+    rules: VersionRules
+    stage_range: Tuple[int, int]  # layers of the last pipeline stage (where captures happen)
+    fc_in_width: int  # the fc SGLang builds: input_hidden_size * num_aux
+    num_aux: int  # aux states SGLang sizes the fc for
+    paths: Tuple[PathPrediction, ...] = field(default_factory=tuple)
+
+
+def _v4_draft(rules: VersionRules) -> bool:
+    """Whether the release's EAGLE-3 draft sizes fc from num_aux_hidden_states and reads the norm options
+    (VersionRules.draft_reads_num_aux), or always builds fc for 3 states and ignores them (0.5.8)."""
+    value = getattr(rules, "draft_reads_num_aux", None)
+    return rules.aux_format == "packed" if value is None else bool(value)
+
+
+def sglang_num_aux(draft: DraftSpec, rules: VersionRules) -> int:
+    if not _v4_draft(rules):
+        return 3
+    if draft.num_aux_hidden_states:
+        return draft.num_aux_hidden_states
+    if draft.layer_ids:
+        return len(draft.layer_ids)
+    return 3
+
+
+def last_stage_range(num_layers: int, pp_size: int, partition: Optional[Sequence[int]] = None) -> Tuple[int, int]:
+    """Layers of the last pipeline stage: SGLang splits evenly, extra layers to the last stages."""
+    if pp_size <= 1:
+        return 0, num_layers
+    if partition:
+        return num_layers - int(partition[-1]), num_layers
+    size = -(-num_layers // pp_size)
+    return num_layers - size, num_layers
+
+
+def predict(target: TargetSpec, draft: DraftSpec, rules: VersionRules, launch: LaunchSpec) -> Prediction:
+    n = target.num_layers
+    start, end = last_stage_range(n, launch.pp_size, launch.pp_partition)
+    num_aux = sglang_num_aux(draft, rules)
+    pred = Prediction(rules, (start, end), draft.input_hidden_size * num_aux, num_aux)
+    if launch.algorithm != EAGLE3 or not draft.use_aux_hidden_state:
+        why = ("--speculative-algorithm EAGLE: the target captures no aux states; the draft gets its last "
+               "hidden state" if launch.algorithm != EAGLE3 else
+               "use_aux_hidden_state is false: the target captures no aux states; the draft gets its last hidden state")
+        return replace(pred, paths=(PathPrediction("all", why, None, (), ()),))
+
+    ids = draft.layer_ids
+    eager, _ = apply_capture_rule(rules.capture_id_rule, ids, n)
+    base = [("eager", "eager forwards: prefill EXTEND, TARGET_VERIFY beyond the CUDA-graph batch sizes"
+             + ("" if launch.cuda_graph else ", and every step (CUDA graphs off)"), ids, tuple(eager))]
+    if launch.cuda_graph:
+        if rules.graph_setup_uses_default_layers:
+            graph = default_layer_ids(n)
+            base.append(("cuda_graph", "CUDA-graph capture (replayed TARGET_VERIFY steps): the set-up calls the "
+                         "setter with no ids, so the defaults apply", None, tuple(graph)))
+        else:
+            base.append(("cuda_graph", "CUDA-graph capture (replayed TARGET_VERIFY steps): the configured ids",
+                         ids, tuple(eager)))
+    paths = []
+    for name, desc, req, configured in base:
+        captured = tuple(i for i in configured if start <= i < end and 0 <= i < n)
+        lost = tuple(i for i in configured if i not in captured)
+        paths.append(PathPrediction(name, desc, req, configured, captured, lost,
+                                    "outside the last pipeline stage or the layer range" if lost else ""))
+    if launch.tbo:
+        split = split_layers(start, end, target.first_k_dense_replace, True)
+        for p in list(paths):
+            lost = split.lost(p.captured)
+            captured = tuple(i for i in p.captured if i not in lost)
+            paths.append(PathPrediction(
+                p.name + "+tbo", f"{p.name} forwards that Two-Batch-Overlap splits (layers {split.tbo[0] if split.tbo else end}"
+                f"..{end - 1} run in TBO stages, which do not capture)", p.requested_ids, p.configured, captured,
+                lost, "Two-Batch-Overlap" if lost else "", split.tbo))
+    return replace(pred, paths=tuple(paths))
+
+
+def _with_context(finding: Finding, prefix: str, **evidence) -> Finding:
+    merged = dict(finding.evidence)
+    merged.update(evidence)
+    return Finding(finding.code, finding.severity, f"{prefix}{finding.message}", tuple(sorted(merged.items())))
+
+
+def tbo_findings(model_class: str, path: PathPrediction) -> List[Finding]:
+    if not path.lost or path.tbo_range is None:
+        return []
+    kept = list(path.captured)
+    consequence = ("all slots lost: the target returns a bare tensor and SGLang fails unpacking it"
+                   if not kept else "SGLang 0.5.23 raises 'captured X of K aux hidden states'; 0.5.8 passes fewer "
+                   "states on (the draft's fc is skipped or a CUDA-graph copy fails)")
+    return [_finding(
+        TBO_CAPTURE_LOST,
+        f"{model_class} ({path.name}): Two-Batch-Overlap runs layers [{path.tbo_range[0]}, {path.tbo_range[1]}) "
+        f"in its stages, which do not capture aux hidden states; lost capture slots {_labels(path.lost)}; kept "
+        f"{_labels(kept)} ({consequence}). Disable --enable-two-batch-overlap or capture only indices below "
+        f"{path.tbo_range[0]}.",
+        lost=list(path.lost), kept=kept, layers_to_capture=list(path.configured),
+        tbo_range=list(path.tbo_range), path=path.name)]
+
+
+def pp_findings(model_class: str, path: PathPrediction, stage: Tuple[int, int], pp_size: int,
+                num_layers: int) -> List[Finding]:
+    outside = [i for i in path.lost if 0 <= i < num_layers and not stage[0] <= i < stage[1]]
+    if pp_size <= 1 or not outside:
+        return []
+    return [_finding(
+        PP_STAGE_NO_CAPTURE,
+        f"{model_class} ({path.name}): with {pp_size} pipeline stages only the last stage (layers "
+        f"[{stage[0]}, {stage[1]})) captures; capture indices {_labels(outside, num_layers)} belong to earlier "
+        f"stages and are never captured; kept {_labels(path.captured, num_layers)}.",
+        lost=outside, kept=list(path.captured), stage_range=list(stage), pp_size=pp_size, path=path.name)]
+
+
+def config_findings(target: TargetSpec, draft: DraftSpec, rules: VersionRules, launch: LaunchSpec,
+                    trained_hf: Optional[Sequence[int]] = None,
+                    prediction: Optional[Prediction] = None) -> List[Finding]:
+    pred = prediction or predict(target, draft, rules, launch)
+    n, cls = target.num_layers, target.model_class
+    out: List[Finding] = []
+    base = [p for p in pred.paths if "+tbo" not in p.name]
+
+    if launch.algorithm == EAGLE3 and draft.use_aux_hidden_state:
+        eager = base[0]
+        # Unreachable ids: the probe's own configuration rule on the predicted setter call.
+        seen_configs = set()
+        for p in base:
+            if p.configured in seen_configs:
+                continue
+            seen_configs.add(p.configured)
+            obs = CaptureConfigured(cls, "target", p.requested_ids, p.configured, n, target.first_k_dense_replace,
+                                    0, n, True, "eagle-probe doctor (predicted)", p.name == "cuda_graph")
+            out.extend(f for f in capture_config_findings(obs, rules) if f.code != "capture_rule_unexpected")
+        graph = next((p for p in base if p.name == "cuda_graph"), None)
+        if graph is not None:
+            out.extend(graph_eager_findings(cls, graph.configured, eager.configured, "configuration (predicted)", n))
+        for p in base:
+            out.extend(pp_findings(cls, p, pred.stage_range, launch.pp_size, n))
+        for p in pred.paths:
+            out.extend(tbo_findings(cls, p))
+        if trained_hf is not None:
+            groups = {}
+            for p in base:
+                groups.setdefault(p.captured, []).append(p.name)
+            for captured, names in groups.items():
+                req = next(p.requested_ids for p in base if p.captured == captured)
+                for f in layer_mismatch_findings(captured=captured, trained_hf=trained_hf, num_layers=n,
+                                                 rules=rules, requested_ids=req):
+                    out.append(_with_context(f, f"{cls} ({' and '.join(names)}): ", path=" and ".join(names)))
+
+    # What reaches the draft's fc on each path.
+    # 0.5.23's packer raises on a short count (reported above), so nothing reaches the draft on such a path;
+    # 0.5.8 passes the shorter list on.
+    fc_paths = [p for p in pred.paths if not (p.lost and rules.aux_format == "packed")]
+    seen_widths = set()
+    for p in fc_paths:
+        if launch.algorithm != EAGLE3 or not draft.use_aux_hidden_state:
+            width = target.hidden_size
+        elif not p.captured:
+            continue  # nothing returned: a crash, reported by the capture rules above
+        else:
+            width = len(p.captured) * target.hidden_size
+        if width in seen_widths:
+            continue
+        seen_widths.add(width)
+        for f in draft_input_findings(model_class=draft.model_class, mode="EXTEND/DRAFT_EXTEND", aux_width=width,
+                                      embed_width=draft.hidden_size, fc_in_width=pred.fc_in_width,
+                                      target_hidden_size=target.hidden_size, num_aux=pred.num_aux):
+            prefix = ""
+            if launch.algorithm != EAGLE3:
+                prefix = ("(predicted) an EAGLE-3 draft under --speculative-algorithm EAGLE: use "
+                          "--speculative-algorithm EAGLE3. ")
+            elif not draft.use_aux_hidden_state:
+                prefix = "(predicted) eagle_config.use_aux_hidden_state is false: the target captures nothing. "
+            else:
+                prefix = f"(predicted, {p.name}) "
+            out.append(_with_context(f, prefix, path=p.name))
+
+    # Draft config that this release ignores.
+    if not _v4_draft(rules):
+        declared = draft.num_aux_hidden_states
+        if declared is not None and declared != 3:
+            out.append(_finding(
+                FC_WIDTH_MISMATCH,
+                f"{draft.model_class}: the draft config declares num_aux_hidden_states={declared} (fc input "
+                f"{declared * draft.input_hidden_size}) but this SGLang release always builds the fc for 3 states "
+                f"({3 * draft.input_hidden_size}); loading the checkpoint's fc fails with a shape error.",
+                declared_num_aux=declared, sglang_num_aux=3, fc_in_width=3 * draft.input_hidden_size))
+        dropped = [k for k, v in (("norm_before_fc", draft.norm_before_fc), ("fc_norm", draft.fc_norm)) if v]
+        if dropped:
+            out.append(_finding(
+                DRAFT_WEIGHTS_DROPPED,
+                f"{draft.model_class}: the draft config sets {', '.join(dropped)}, which this SGLang release does "
+                f"not implement; the checkpoint's norm weights are dropped without a word and the draft runs "
+                f"without them.", options=dropped))
+    return out
+
+
+def fix_for(target: TargetSpec, rules: VersionRules, launch: LaunchSpec, trained_hf: Sequence[int]) -> dict:
+    """The ids that would capture trained_hf under this release, with what still stands in the way."""
+    n = target.num_layers
+    ids, why = ids_for_capture(trained_hf, n, rules)
+    notes = []
+    if ids is not None:
+        if launch.cuda_graph and rules.graph_setup_uses_default_layers and tuple(trained_hf) != default_layer_ids(n):
+            notes.append(f"CUDA-graph replays still capture the defaults {list(default_layer_ids(n))} in this "
+                         f"release: run with --disable-cuda-graph or upgrade")
+        if launch.tbo:
+            start, end = last_stage_range(n, launch.pp_size, launch.pp_partition)
+            lost = split_layers(start, end, target.first_k_dense_replace, True).lost(trained_hf)
+            if lost:
+                notes.append(f"Two-Batch-Overlap still drops {_labels(lost, n)}: disable it")
+        if launch.pp_size > 1:
+            start, end = last_stage_range(n, launch.pp_size, launch.pp_partition)
+            outside = [i for i in trained_hf if not start <= i < end]
+            if outside:
+                notes.append(f"pipeline stages other than the last never capture {_labels(outside, n)}")
+    return {"ids": None if ids is None else list(ids), "impossible": why or None, "notes": notes,
+            "trained_hf": list(trained_hf), "labels": [capture_label(i, n) for i in trained_hf]}

@@ -1,0 +1,304 @@
+"""`eagle-probe doctor`: a preflight from the target's and the draft's config.json, before launch.
+
+It predicts, for one SGLang release, which residual-stream indices the target captures on each path
+(eager, CUDA-graph capture, Two-Batch-Overlap) and compares them with what the draft expects, with the
+same findings as the running probe (analysis.config_rules, analysis.draft_rules, analysis.findings).
+Exit status: 0 clean (warnings allowed), 1 a finding of severity error, 2 bad input.
+"""
+
+import json
+import os
+import sys
+from typing import List, Optional, Tuple
+
+from .analysis.config_rules import (EAGLE, EAGLE3, DraftSpec, LaunchSpec, TargetSpec, config_findings,
+                                    fix_for, predict)
+from .analysis.findings import ERROR
+from .analysis import layers
+from .analysis.layers import TRAINED_LAYERS_HELP, capture_label
+from .versions import (SUPPORTED_RANGE_TEXT, installed_sglang_version, is_supported, parse_version,
+                       rules_for)
+
+NESTED_TEXT_KEYS = ("text_config", "language_config", "llm_config")
+TARGET_FAMILIES = ("deepseek", "kimi")
+
+
+class DoctorInputError(Exception):
+    """Bad input: the message names the file (or option) and the key."""
+
+
+# -- reading configs ---------------------------------------------------------------------------------
+
+def load_config_json(path: str, what: str) -> Tuple[str, dict]:
+    """Read a config.json from a directory or the file itself. Returns (file path, dict)."""
+    file = os.path.join(path, "config.json") if os.path.isdir(path) else path
+    if not os.path.exists(file):
+        where = f"{path}: no config.json in this directory" if os.path.isdir(path) else f"{path}: no such file or directory"
+        raise DoctorInputError(f"{what} config: {where}")
+    try:
+        with open(file, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except json.JSONDecodeError as exc:
+        raise DoctorInputError(f"{what} config {file}: not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DoctorInputError(f"{what} config {file}: cannot read: {exc}")
+    if not isinstance(data, dict):
+        raise DoctorInputError(f"{what} config {file}: expected a JSON object at the top level, got {type(data).__name__}")
+    return file, data
+
+
+def _int(data: dict, key: str, file: str, what: str, prefix: str = "", required: bool = True,
+         minimum: int = 1) -> Optional[int]:
+    name = prefix + key
+    if key not in data or data[key] is None:
+        if required:
+            raise DoctorInputError(f"{what} config {file}: missing required key '{name}'")
+        return None
+    value = data[key]
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise DoctorInputError(f"{what} config {file}: key '{name}' must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def _bool(data: dict, key: str, file: str, prefix: str, default: bool) -> bool:
+    if key not in data or data[key] is None:
+        return default
+    if not isinstance(data[key], bool):
+        raise DoctorInputError(f"draft config {file}: key '{prefix}{key}' must be true or false, got {data[key]!r}")
+    return data[key]
+
+
+def parse_target(data: dict, file: str, need_fkdr: bool = False) -> Tuple[TargetSpec, List[str]]:
+    notes = []
+    text, prefix = data, ""
+    for key in NESTED_TEXT_KEYS:
+        if isinstance(data.get(key), dict) and "num_hidden_layers" in data[key]:
+            text, prefix = data[key], key + "."
+            notes.append(f"target: text model read from '{key}'")
+            break
+    archs = data.get("architectures") or text.get("architectures") or []
+    model_class = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else \
+        str(text.get("model_type") or data.get("model_type") or "unknown")
+    num_layers = _int(text, "num_hidden_layers", file, "target", prefix)
+    hidden = _int(text, "hidden_size", file, "target", prefix)
+    fkdr = _int(text, "first_k_dense_replace", file, "target", prefix, required=need_fkdr, minimum=0)
+    if need_fkdr is False and fkdr is None:
+        notes.append(f"target: no '{prefix}first_k_dense_replace'; Two-Batch-Overlap effects not predicted")
+    family = " ".join([model_class, str(text.get("model_type", "")), str(data.get("model_type", ""))]).lower()
+    if not any(f in family for f in TARGET_FAMILIES):
+        notes.append(f"target: {model_class} is not a DeepSeek-V2/V3 or Kimi-K2.x model; the capture rules "
+                     f"here are DeepSeek's (most other SGLang models add 1 to every id)")
+    return TargetSpec(model_class, num_layers, hidden, fkdr), notes
+
+
+def _ids(value, file: str, key: str) -> Optional[Tuple[int, ...]]:
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in value):
+        raise DoctorInputError(f"draft config {file}: key '{key}' must be a list of integers, got {value!r}")
+    return tuple(value)
+
+
+def parse_draft(data: dict, file: str) -> Tuple[DraftSpec, List[str]]:
+    notes = []
+    archs = data.get("architectures") or []
+    model_class = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else \
+        str(data.get("model_type") or "unknown")
+    eagle = data.get("eagle_config")
+    if eagle is not None and not isinstance(eagle, dict):
+        raise DoctorInputError(f"draft config {file}: key 'eagle_config' must be an object, got {eagle!r}")
+    eagle = eagle or {}
+    is_eagle3 = any("eagle3" in str(a).lower() for a in (archs if isinstance(archs, list) else [])) or bool(eagle) \
+        or "target_hidden_size" in data
+    if not is_eagle3:
+        raise DoctorInputError(
+            f"draft config {file}: not an EAGLE-3 draft: key 'architectures' is {archs!r} (expected e.g. "
+            f"LlamaForCausalLMEagle3 or Eagle3DeepseekV2ForCausalLM) and there is no 'eagle_config'")
+    hidden = _int(data, "hidden_size", file, "draft")
+    if "eagle_aux_hidden_state_layer_ids" in eagle:
+        ids = _ids(eagle["eagle_aux_hidden_state_layer_ids"], file, "eagle_config.eagle_aux_hidden_state_layer_ids")
+    else:
+        ids = _ids(data.get("eagle_aux_hidden_state_layer_ids"), file, "eagle_aux_hidden_state_layer_ids")
+    if ids is None:
+        notes.append("draft: no eagle_aux_hidden_state_layer_ids: SGLang uses its defaults [2, n//2, n-3]")
+    elif not ids:
+        raise DoctorInputError(f"draft config {file}: key 'eagle_config.eagle_aux_hidden_state_layer_ids' is empty")
+    spec = DraftSpec(
+        model_class=model_class, hidden_size=hidden,
+        target_hidden_size=_int(data, "target_hidden_size", file, "draft", required=False),
+        layer_ids=ids,
+        num_aux_hidden_states=_int(data, "num_aux_hidden_states", file, "draft", required=False),
+        use_aux_hidden_state=_bool(eagle, "use_aux_hidden_state", file, "eagle_config.", True),
+        norm_before_fc=_bool(eagle, "norm_before_fc", file, "eagle_config.",
+                             _bool(data, "norm_before_fc", file, "", False)),
+        fc_norm=_bool(data, "fc_norm", file, "", False) or _bool(data, "use_aux_norm", file, "", False),
+    )
+    return spec, notes
+
+
+# -- --trained-layers -----------------------------------------------------------------------------
+
+def parse_trained_layers(spec: str) -> Tuple[int, ...]:
+    """--trained-layers -> HF hidden_states indices (the one parser: analysis.layers)."""
+    try:
+        return layers.parse_trained_layers(spec)
+    except ValueError as exc:
+        raise DoctorInputError(f"--trained-layers {spec!r}: {exc}") from None
+
+
+# -- the report ------------------------------------------------------------------------------------
+
+def diagnose(target_path: str, draft_path: str, sglang_version: Optional[str] = None,
+             trained_layers: Optional[str] = None, tbo: bool = False, cuda_graph: bool = True,
+             algorithm: str = EAGLE3, pp_size: int = 1, pp_partition: Optional[str] = None) -> dict:
+    """Everything doctor prints, as one dict. Raises DoctorInputError on bad input."""
+    notes = []
+    if sglang_version is None:
+        sglang_version = installed_sglang_version()
+        if sglang_version is None:
+            notes.append("SGLang is not installed here and --sglang-version was not given; using the newest rules")
+    version = None
+    if sglang_version is not None:
+        version = parse_version(sglang_version)
+        if version is None:
+            raise DoctorInputError(f"--sglang-version {sglang_version!r}: not a release number such as 0.5.8 or 0.5.23")
+        if not is_supported(version):
+            notes.append(f"SGLang {sglang_version} is outside the supported range {SUPPORTED_RANGE_TEXT}; "
+                         f"using the nearest release's rules")
+    rules = rules_for(version)
+    if pp_size < 1:
+        raise DoctorInputError(f"--pp-size {pp_size}: must be >= 1")
+    partition = None
+    if pp_partition:
+        try:
+            partition = tuple(int(x) for x in pp_partition.split(","))
+        except ValueError:
+            raise DoctorInputError(f"--pp-partition {pp_partition!r}: expected comma-separated layer counts")
+    trained = parse_trained_layers(trained_layers) if trained_layers else None
+
+    target_file, target_data = load_config_json(target_path, "target")
+    draft_file, draft_data = load_config_json(draft_path, "draft")
+    target, tnotes = parse_target(target_data, target_file, need_fkdr=tbo)
+    draft, dnotes = parse_draft(draft_data, draft_file)
+    notes += tnotes + dnotes
+    if partition is not None and (len(partition) != pp_size or sum(partition) != target.num_layers):
+        raise DoctorInputError(f"--pp-partition {pp_partition!r}: needs {pp_size} counts summing to "
+                               f"{target.num_layers} (the target's num_hidden_layers)")
+    launch = LaunchSpec(algorithm, cuda_graph, tbo, pp_size, partition)
+    pred = predict(target, draft, rules, launch)
+    findings = config_findings(target, draft, rules, launch, trained, pred)
+    if trained is None and algorithm == EAGLE3:
+        notes.append("no --trained-layers: layer_mismatch not checked (give the layers the draft was trained on)")
+    n = target.num_layers
+    paths = [{
+        "path": p.name, "description": p.description,
+        "requested_ids": None if p.requested_ids is None else list(p.requested_ids),
+        "layers_to_capture": list(p.configured),
+        "captured": [{"capture_index": i, "hf_index": i, "label": capture_label(i, n)} for i in p.captured],
+        "lost": [{"capture_index": i, "label": capture_label(i, n)} for i in p.lost],
+        "lost_reason": p.lost_reason or None,
+        "aux_width": target.hidden_size if p.name == "all" else len(p.captured) * target.hidden_size,
+    } for p in pred.paths]
+    errors = sum(1 for f in findings if f.severity == ERROR)
+    return {
+        "sglang_version": sglang_version, "rules": rules.describe(), "rules_verified": rules.verified,
+        "target": {"file": target_file, "model_class": target.model_class, "num_layers": n,
+                   "hidden_size": target.hidden_size, "first_k_dense_replace": target.first_k_dense_replace},
+        "draft": {"file": draft_file, "model_class": draft.model_class, "hidden_size": draft.hidden_size,
+                  "target_hidden_size": draft.target_hidden_size,
+                  "eagle_aux_hidden_state_layer_ids": None if draft.layer_ids is None else list(draft.layer_ids),
+                  "num_aux_hidden_states": draft.num_aux_hidden_states,
+                  "use_aux_hidden_state": draft.use_aux_hidden_state,
+                  "sglang_num_aux": pred.num_aux, "fc_in_width": pred.fc_in_width},
+        "launch": {"speculative_algorithm": algorithm, "cuda_graph": cuda_graph, "two_batch_overlap": tbo,
+                   "pp_size": pp_size, "last_stage_layers": list(pred.stage_range)},
+        "trained": None if trained is None else {"hf_indices": list(trained),
+                                                 "labels": [capture_label(i, n) for i in trained]},
+        "paths": paths,
+        "fix": fix_for(target, rules, launch, trained) if trained is not None else None,
+        "findings": [{"code": f.code, "severity": f.severity, "message": f.message,
+                      "evidence": f.evidence_dict()} for f in findings],
+        "notes": notes,
+        "exit_status": 1 if errors else 0,
+    }
+
+
+def _fmt_slots(slots) -> str:
+    return ", ".join(f"{s['capture_index']} = HF hidden_states[{s['hf_index']}] = {s['label']}" for s in slots) or "nothing"
+
+
+def render_text(result: dict) -> str:
+    t, d, la = result["target"], result["draft"], result["launch"]
+    out = [f"eagle-probe doctor: SGLang {result['sglang_version'] or '(newest rules)'}: {result['rules']}"
+           + ("" if result["rules_verified"] else " [rules from the source map, not run here]"),
+           f"target  {t['file']}: {t['model_class']}, {t['num_layers']} layers, hidden {t['hidden_size']}, "
+           f"first_k_dense_replace {t['first_k_dense_replace']}",
+           f"draft   {d['file']}: {d['model_class']}, hidden {d['hidden_size']}, target_hidden_size "
+           f"{d['target_hidden_size']}, eagle_aux_hidden_state_layer_ids {d['eagle_aux_hidden_state_layer_ids']}, "
+           f"fc takes {d['sglang_num_aux']} x {d['target_hidden_size'] or d['hidden_size']} = {d['fc_in_width']}",
+           f"launch  --speculative-algorithm {la['speculative_algorithm']}, CUDA graphs "
+           f"{'on' if la['cuda_graph'] else 'off'}, two-batch-overlap {'on' if la['two_batch_overlap'] else 'off'}, "
+           f"pp {la['pp_size']}" + (f" (last stage layers {la['last_stage_layers']})" if la["pp_size"] > 1 else "")]
+    if result["trained"]:
+        tr = result["trained"]
+        out.append("trained on HF hidden_states " + ", ".join(
+            f"{i} ({lab})" for i, lab in zip(tr["hf_indices"], tr["labels"])))
+    out.append("predicted captures:")
+    for p in result["paths"]:
+        ids = "no ids (defaults)" if p["requested_ids"] is None else f"ids {p['requested_ids']}"
+        out.append(f"  {p['path']}: {p['description']}")
+        if p["path"] != "all":
+            out.append(f"    {ids} -> layers_to_capture {p['layers_to_capture']}")
+        out.append(f"    captured: {_fmt_slots(p['captured'])}; draft receives width {p['aux_width']}")
+        if p["lost"]:
+            out.append(f"    lost ({p['lost_reason']}): " + ", ".join(f"{s['capture_index']} ({s['label']})" for s in p["lost"]))
+    fix = result["fix"]
+    if fix:
+        if fix["ids"] is not None:
+            out.append(f"to capture the trained layers: eagle_aux_hidden_state_layer_ids = {fix['ids']}")
+        else:
+            out.append(f"to capture the trained layers: impossible in this release: {fix['impossible']}")
+        for note in fix["notes"]:
+            out.append(f"  but: {note}")
+    for note in result["notes"]:
+        out.append(f"note: {note}")
+    if not result["findings"]:
+        out.append("findings: none")
+    for f in result["findings"]:
+        out.append(f"{f['severity'].upper()} {f['code']}: {f['message']}")
+    errors = sum(1 for f in result["findings"] if f["severity"] == ERROR)
+    out.append(f"result: {errors} error(s), {len(result['findings']) - errors} warning(s)")
+    return "\n".join(out)
+
+
+def cmd_doctor(args) -> int:
+    try:
+        result = diagnose(args.target, args.draft, args.sglang_version, args.trained_layers, args.tbo,
+                          args.cuda_graph, args.speculative_algorithm, args.pp_size, args.pp_partition)
+    except DoctorInputError as exc:
+        print(f"eagle-probe doctor: {exc}", file=sys.stderr)
+        return 2
+    if args.format == "json":
+        print(json.dumps(result, indent=2, default=str))
+    else:
+        print(render_text(result))
+    return result["exit_status"]
+
+
+def add_parser(sub) -> None:
+    doc = sub.add_parser("doctor", help="predict captures and findings from the target's and draft's config.json",
+                         description=__doc__)
+    doc.add_argument("--target", required=True, help="target model directory (or its config.json)")
+    doc.add_argument("--draft", required=True, help="EAGLE-3 draft directory (or its config.json)")
+    doc.add_argument("--sglang-version", help="SGLang release whose rules apply (default: the installed one)")
+    doc.add_argument("--trained-layers", help=TRAINED_LAYERS_HELP)
+    doc.add_argument("--tbo", action="store_true", help="the server runs with --enable-two-batch-overlap")
+    doc.add_argument("--cuda-graph", dest="cuda_graph", action="store_true", default=True,
+                     help="CUDA graphs on (default)")
+    doc.add_argument("--no-cuda-graph", dest="cuda_graph", action="store_false", help="--disable-cuda-graph")
+    doc.add_argument("--speculative-algorithm", choices=(EAGLE3, EAGLE), default=EAGLE3,
+                     help="the server's --speculative-algorithm (default EAGLE3)")
+    doc.add_argument("--pp-size", type=int, default=1, help="pipeline-parallel size (default 1)")
+    doc.add_argument("--pp-partition", help="SGLANG_PP_LAYER_PARTITION, e.g. 15,15,15,16")
+    doc.add_argument("--format", choices=("text", "json"), default="text")
+    doc.set_defaults(func=cmd_doctor)
