@@ -43,8 +43,13 @@ def install(env=None) -> bool:
         parsed = None if sglang_version is None else versions.parse_version(sglang_version)
         logs = LogSink(config.log_level, config.log_dir)
         if parsed is not None and not versions.is_supported(parsed):
+            from .compat import off_summary
+
+            off = off_summary(sglang_version)
             logs.emit("warning", "eagle_probe.unsupported_version", sglang_version=sglang_version,
-                      supported=versions.SUPPORTED_RANGE_TEXT, off="all integrations")
+                      supported=versions.SUPPORTED_RANGE_TEXT, off=off,
+                      message=f"SGLang {sglang_version} is outside the supported range "
+                              f"{versions.SUPPORTED_RANGE_TEXT}; off: {off}")
             return False
 
         def make_metrics(rank_info):

@@ -1,7 +1,25 @@
-"""The supported SGLang range and what each release does, in one table.
+"""The supported SGLang range and what each release does, in one table (RULES).
 
-Facts come from shared/notes/sglang-internals.md (file and line per release). Code elsewhere asks
-this module, never compares version numbers itself.
+Every row was decided from the source of each release between 0.5.8 and 0.5.23 (wheels read, not
+imported) and is re-proven on every release by the contract check (eagle_probe/contract.py,
+tools/contract_check.py, tests/contract): each field below has a claim there that fails, naming the
+release and the claim, when a release does not do what its row says. The running probe, `doctor` and
+`compat` ask this module; nothing else compares version numbers.
+
+Where each rule changes (first release with the new behaviour):
+  0.5.11  CUDA-graph set-up no longer calls set_eagle3_layers_to_capture() with no ids (the configured
+          ids are applied before graphs: ModelRunner.init_aux_hidden_state_capture); spec v2
+          (overlap) worker on by default; acceptance field renamed num_accepted_drafts_per_req_cpu
+  0.5.12  acceptance field renamed num_correct_drafts_per_req_cpu, v2 resolver renamed
+          _resolve_spec_overlap_tokens; the EAGLE-3 draft sizes fc by num_aux_hidden_states
+  0.5.13  +1 applied only when ids[0] == 1; v1 EAGLEWorker removed; acceptance resolved in
+          SchedulerBatchResultProcessor._resolve_spec_v2_tokens
+  0.5.14  capture moved into the layer communicator (captures the residual, so index 0 is the
+          embedding output); capture-mode flag moved to runner_utils.capture_mode; ranks published in
+          sglang.srt.runtime_context; SGLANG_ENABLE_SPEC_V2 removed
+  0.5.17  DeepSeek's aux states packed into one [T, K*H] tensor (AuxHiddenStatePacker)
+  0.5.21  TBO helper imported into deepseek_v2 as model_forward_stages (was model_forward_maybe_tbo);
+          sglang.srt.layers.dp_attention.get_attention_dp_rank removed (dp rank from runtime_context)
 """
 
 import re
@@ -11,9 +29,20 @@ from typing import Optional, Tuple
 Version = Tuple[int, int, int, int]  # (major, minor, micro, post)
 
 # Capture-id rules: how set_eagle3_layers_to_capture(ids) turns ids into layers_to_capture.
-PLUS_ONE_ALWAYS = "plus_one_always"  # 0.5.8: [id + 1 for id in ids]
-PLUS_ONE_IF_FIRST_IS_ONE = "plus_one_if_first_is_one"  # 0.5.23: +1 only when ids[0] == 1
+PLUS_ONE_ALWAYS = "plus_one_always"  # [id + 1 for id in ids]
+PLUS_ONE_IF_FIRST_IS_ONE = "plus_one_if_first_is_one"  # +1 only when ids[0] == 1, else ids as given
 DEFAULT_LAYERS = "default_layers"  # ids is None: [2, n // 2, n - 3], no +1
+
+DEFAULT_IDS_FORMULA = "[2, n // 2, n - 3]"  # n = config.num_hidden_layers; same in every supported release
+
+# Where ranks come from (eagle_probe/ranks.py reads both, newest first).
+RANKS_PARALLEL_STATE = "parallel_state"  # sglang.srt.distributed.parallel_state getters
+RANKS_RUNTIME_CONTEXT = "runtime_context"  # sglang.srt.runtime_context.get_parallel()
+
+# Acceptance: which worker a hook serves and when that worker runs.
+V1_WORKER = "v1"  # EAGLEWorker (no overlap)
+V2_WORKER = "v2"  # EAGLEWorkerV2 (overlap scheduler)
+SPEC_V2_ENV = "SGLANG_ENABLE_SPEC_V2"
 
 
 def parse_version(text: str) -> Optional[Version]:
@@ -25,14 +54,70 @@ def parse_version(text: str) -> Optional[Version]:
     return int(major), int(minor), int(micro), int(post or 0)
 
 
+def format_version(version: Version) -> str:
+    text = ".".join(str(part) for part in version[:3])
+    return text + (f".post{version[3]}" if version[3] else "")
+
+
+@dataclass(frozen=True)
+class AcceptanceHook:
+    """Where per-step acceptance is read on the CPU (no device sync) for one worker path."""
+
+    worker: str  # V1_WORKER or V2_WORKER
+    when: str  # "default", or the environment that selects this path, e.g. "SGLANG_ENABLE_SPEC_V2=1"
+    module: str
+    qualname: str  # the function to wrap
+    read: str  # what to read after it returns: "return[1].<field>" or "result.<field>" (argument)
+    field: str  # per-request accepted count (list of int on the CPU)
+    includes_bonus: bool  # False: accepted drafts only; the bonus (target-sampled) token is not counted
+    field_owner: Optional[Tuple[str, str]] = None  # (module, class) declaring `field`, for return values
+
+    @property
+    def target(self) -> str:
+        return f"{self.module}.{self.qualname}"
+
+
+_V1_VERIFY = ("sglang.srt.speculative.eagle_worker", "EAGLEWorker.verify")
+_EAGLE_INFO = "sglang.srt.speculative.eagle_info"
+_OUTPUT_MIXIN = "sglang.srt.managers.scheduler_output_processor_mixin"
+_BATCH_RESULT = "sglang.srt.managers.scheduler_components.batch_result_processor"
+
+
+def _v1(field: str, when: str) -> AcceptanceHook:
+    return AcceptanceHook(V1_WORKER, when, *_V1_VERIFY, read=f"return[1].{field}", field=field,
+                          includes_bonus=False, field_owner=(_EAGLE_INFO, "EagleVerifyOutput"))
+
+
+def _v2(module: str, qualname: str, field: str, when: str) -> AcceptanceHook:
+    return AcceptanceHook(V2_WORKER, when, module, qualname, read=f"result.{field}", field=field,
+                          includes_bonus=False)
+
+
 @dataclass(frozen=True)
 class VersionRules:
-    first: Version  # first release these rules describe
+    first: Version  # first release these rules describe (they hold up to the next row's `first`)
     capture_id_rule: str
     aux_format: str  # "list" of [T, H] tensors or one "packed" [T, K*H] tensor
     graph_setup_uses_default_layers: bool  # CUDA-graph set-up calls the setter with no ids first
-    embedding_capturable: bool  # capture index 0 works (0.5.8: hidden + None -> TypeError)
-    verified: bool  # exercised on real code here, not only read from the wheel
+    embedding_capturable: bool  # capture index 0 works (before 0.5.14: hidden + None -> TypeError)
+    verified: bool  # exercised on real code here (see `tested`), not only read from the wheels
+    # SGLang functions that call set_eagle3_layers_to_capture() with no ids during graph set-up
+    graph_setup_callers: Tuple[str, ...] = ()
+    default_ids: str = DEFAULT_IDS_FORMULA
+    capture_flag_module: str = "sglang.srt.model_executor.runner_utils.capture_mode"  # get_is_capture_mode()
+    tbo_helper: str = "model_forward_stages"  # name imported into sglang.srt.models.deepseek_v2
+    acceptance: Tuple[AcceptanceHook, ...] = ()
+    spec_v2_default: Optional[bool] = None  # SGLANG_ENABLE_SPEC_V2's default; None: no switch (v2 only)
+    rank_source: str = RANKS_RUNTIME_CONTEXT
+    dp_rank_from_dp_attention: bool = False  # sglang.srt.layers.dp_attention.get_attention_dp_rank exists
+    draft_reads_num_aux: bool = True  # EAGLE-3 draft's fc is H * num_aux_hidden_states (else H * 3)
+    # modules that integrations target but this release does not have (their targets are skipped)
+    absent_modules: Tuple[str, ...] = ()
+    tested: Optional[str] = None  # the release of this row that the real-SGLang tests run
+
+    @property
+    def first_text(self) -> str:
+        return format_version(self.first)
 
     def describe(self) -> str:
         return (
@@ -41,15 +126,88 @@ class VersionRules:
             f"embedding capturable: {self.embedding_capturable}"
         )
 
+    def as_dict(self) -> dict:
+        """Plain values, for `compat`, `doctor` and JSON output."""
+        return {
+            "first": self.first_text,
+            "capture_id_rule": self.capture_id_rule,
+            "default_ids": self.default_ids,
+            "aux_format": self.aux_format,
+            "graph_setup_uses_default_layers": self.graph_setup_uses_default_layers,
+            "graph_setup_callers": list(self.graph_setup_callers),
+            "embedding_capturable": self.embedding_capturable,
+            "capture_flag_module": self.capture_flag_module,
+            "tbo_helper": f"sglang.srt.models.deepseek_v2.{self.tbo_helper}",
+            "acceptance": [{"worker": h.worker, "when": h.when, "target": h.target, "read": h.read,
+                            "includes_bonus": h.includes_bonus} for h in self.acceptance],
+            "spec_v2_default": self.spec_v2_default,
+            "rank_source": self.rank_source,
+            "dp_rank_from_dp_attention": self.dp_rank_from_dp_attention,
+            "draft_reads_num_aux": self.draft_reads_num_aux,
+            "absent_modules": list(self.absent_modules),
+            "verified": self.verified,
+            "tested": self.tested,
+        }
+
 
 SUPPORTED_MIN: Version = (0, 5, 8, 0)
 SUPPORTED_MAX: Version = (0, 5, 23, 0)
 SUPPORTED_RANGE_TEXT = "0.5.8 to 0.5.23"
 
-# Ordered by first release; a release uses the last entry whose `first` is <= it.
+_OLD_CAPTURE_FLAG = "sglang.srt.model_executor.cuda_graph_runner"
+_OLD_TBO = "model_forward_maybe_tbo"
+_KIMI_DRAFT = "sglang.srt.models.kimi_k25_eagle3"  # Kimi-K2.5's EAGLE-3 MLA draft, from 0.5.12
+
+# Ordered by first release; a release uses the last row whose `first` is <= it. Pre-releases (rc) are
+# not claimed. Every field is proven per release by eagle_probe.contract.
 RULES = (
-    VersionRules((0, 5, 8, 0), PLUS_ONE_ALWAYS, "list", True, False, verified=False),
-    VersionRules((0, 5, 23, 0), PLUS_ONE_IF_FIRST_IS_ONE, "packed", False, True, verified=True),
+    VersionRules(
+        (0, 5, 8, 0), PLUS_ONE_ALWAYS, "list", True, False, verified=True, tested="0.5.8",
+        graph_setup_callers=("sglang.srt.model_executor.cuda_graph_runner.CudaGraphRunner.__init__",
+                             "sglang.srt.model_executor.model_runner.ModelRunner._dummy_run"),
+        capture_flag_module=_OLD_CAPTURE_FLAG, tbo_helper=_OLD_TBO,
+        acceptance=(_v1("accept_length_per_req_cpu", "default"),
+                    _v2(_OUTPUT_MIXIN, "SchedulerOutputProcessorMixin._resolve_spec_overlap_token_ids",
+                        "accept_length_per_req_cpu", f"{SPEC_V2_ENV}=1")),
+        spec_v2_default=False, rank_source=RANKS_PARALLEL_STATE, dp_rank_from_dp_attention=True,
+        draft_reads_num_aux=False, absent_modules=(_KIMI_DRAFT,)),
+    VersionRules(
+        (0, 5, 11, 0), PLUS_ONE_ALWAYS, "list", False, False, verified=False,
+        capture_flag_module=_OLD_CAPTURE_FLAG, tbo_helper=_OLD_TBO,
+        acceptance=(_v2(_OUTPUT_MIXIN, "SchedulerOutputProcessorMixin._resolve_spec_overlap_token_ids",
+                        "num_accepted_drafts_per_req_cpu", "default"),
+                    _v1("num_accepted_drafts_per_req_cpu", f"{SPEC_V2_ENV}=0")),
+        spec_v2_default=True, rank_source=RANKS_PARALLEL_STATE, dp_rank_from_dp_attention=True,
+        draft_reads_num_aux=False, absent_modules=(_KIMI_DRAFT,)),
+    VersionRules(
+        (0, 5, 12, 0), PLUS_ONE_ALWAYS, "list", False, False, verified=False,
+        capture_flag_module=_OLD_CAPTURE_FLAG, tbo_helper=_OLD_TBO,
+        acceptance=(_v2(_OUTPUT_MIXIN, "SchedulerOutputProcessorMixin._resolve_spec_overlap_tokens",
+                        "num_correct_drafts_per_req_cpu", "default"),
+                    _v1("num_correct_drafts_per_req_cpu", f"{SPEC_V2_ENV}=0")),
+        spec_v2_default=True, rank_source=RANKS_PARALLEL_STATE, dp_rank_from_dp_attention=True),
+    VersionRules(
+        (0, 5, 13, 0), PLUS_ONE_IF_FIRST_IS_ONE, "list", False, False, verified=False,
+        capture_flag_module=_OLD_CAPTURE_FLAG, tbo_helper=_OLD_TBO,
+        acceptance=(_v2(_BATCH_RESULT, "SchedulerBatchResultProcessor._resolve_spec_v2_tokens",
+                        "num_correct_drafts_per_req_cpu", "default"),),
+        spec_v2_default=True, rank_source=RANKS_PARALLEL_STATE, dp_rank_from_dp_attention=True),
+    VersionRules(
+        (0, 5, 14, 0), PLUS_ONE_IF_FIRST_IS_ONE, "list", False, True, verified=False,
+        tbo_helper=_OLD_TBO,
+        acceptance=(_v2(_BATCH_RESULT, "SchedulerBatchResultProcessor._resolve_spec_v2_tokens",
+                        "num_correct_drafts_per_req_cpu", "default"),),
+        dp_rank_from_dp_attention=True),
+    VersionRules(
+        (0, 5, 17, 0), PLUS_ONE_IF_FIRST_IS_ONE, "packed", False, True, verified=False,
+        tbo_helper=_OLD_TBO,
+        acceptance=(_v2(_BATCH_RESULT, "SchedulerBatchResultProcessor._resolve_spec_v2_tokens",
+                        "num_correct_drafts_per_req_cpu", "default"),),
+        dp_rank_from_dp_attention=True),
+    VersionRules(
+        (0, 5, 21, 0), PLUS_ONE_IF_FIRST_IS_ONE, "packed", False, True, verified=True, tested="0.5.23",
+        acceptance=(_v2(_BATCH_RESULT, "SchedulerBatchResultProcessor._resolve_spec_v2_tokens",
+                        "num_correct_drafts_per_req_cpu", "default"),)),
 )
 
 
@@ -66,6 +224,31 @@ def rules_for(version: Optional[Version]) -> VersionRules:
         if rules.first <= version:
             chosen = rules
     return chosen
+
+
+def rules_range_text(rules: VersionRules) -> str:
+    """'0.5.8 to before 0.5.11' for a row; the last row ends at the supported maximum."""
+    index = RULES.index(rules)
+    if index + 1 < len(RULES):
+        return f"{rules.first_text} to before {RULES[index + 1].first_text}"
+    return f"{rules.first_text} to {format_version(SUPPORTED_MAX)} (and its post releases)"
+
+
+def acceptance_hook(target: str, rules: Optional[VersionRules] = None) -> Optional[AcceptanceHook]:
+    """The table's acceptance hook for a dotted target ('module.Class.method') under `rules`
+    (default: the installed release's), e.g. to read `hook.field` in a wrapper; None if not a hook there."""
+    if rules is None:
+        installed = installed_sglang_version()
+        rules = rules_for(None if installed is None else parse_version(installed))
+    for hook in rules.acceptance:
+        if hook.target == target:
+            return hook
+    return None
+
+
+def capture_flag_modules() -> Tuple[str, ...]:
+    """Homes of SGLang's get_is_capture_mode(), newest first (for code that looks in sys.modules)."""
+    return tuple(dict.fromkeys(rules.capture_flag_module for rules in reversed(RULES)))
 
 
 def installed_sglang_version() -> Optional[str]:

@@ -1,4 +1,4 @@
-"""Stand-ins that let SGLang 0.5.23 run on the CPU. Applied by tests and the example only."""
+"""Stand-ins that let SGLang run on the CPU (0.5.23; 0.5.8 also gets shims_058). Tests and the example only."""
 
 import sys
 import types
@@ -42,12 +42,25 @@ def _skip_kv_copy_warmup(module):
         pool._init_kv_copy_and_warmup = lambda self, *a, **k: None
 
 
+def _installed_sglang() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("sglang")
+    except Exception:
+        return ""
+
+
 def apply():
     global _applied
     if _applied:
         return
     _applied = True
     _install_vllm_rotary_stand_in()
+    if _installed_sglang().startswith("0.5.8"):
+        from sglang_cpu import shims_058
+
+        shims_058.apply()
     wrapt.register_post_import_hook(
         _route_torch_native_to_absorbed_mla,
         "sglang.srt.models.deepseek_common.attention_backend_handler",

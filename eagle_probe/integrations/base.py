@@ -28,6 +28,20 @@ class Integration:
     targets: Tuple[PatchTarget, ...]
 
 
+def resolve_target(target: PatchTarget, module):
+    """(owner, attribute name, current object, owned) for a target in an imported module; read-only.
+
+    Raises AttributeError / KeyError when the target does not exist. `owned` is False for an inherited
+    attribute (Patcher deletes its proxy again instead of copying the original down)."""
+    *path, attr = target.qualname.split(".")
+    owner = module
+    for part in path:
+        owner = getattr(owner, part)
+    owned = attr in vars(owner)
+    original = vars(owner)[attr] if owned else getattr(owner, attr)
+    return owner, attr, original, owned
+
+
 class Patcher:
     def __init__(self):
         self._applied = {}  # (module, qualname) -> (owner, attr, original, proxy, owned)
@@ -57,12 +71,7 @@ class Patcher:
         if key in self._applied:
             return
         try:
-            *path, attr = target.qualname.split(".")
-            owner = module
-            for part in path:
-                owner = getattr(owner, part)
-            owned = attr in vars(owner)  # inherited attributes are deleted again, not copied down
-            original = vars(owner)[attr] if owned else getattr(owner, attr)
+            owner, attr, original, owned = resolve_target(target, module)
         except (AttributeError, KeyError) as exc:
             if STATE.recorder is not None:
                 STATE.recorder.integration_skipped(integration.name, f"{target.module}.{target.qualname}",

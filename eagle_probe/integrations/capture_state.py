@@ -6,10 +6,9 @@ moved between releases (read the function, never import the variable: it is rebo
 
 import sys
 
-_FLAG_HOMES = (
-    "sglang.srt.model_executor.runner_utils.capture_mode",  # 0.5.23
-    "sglang.srt.model_executor.cuda_graph_runner",  # 0.5.8
-)
+from ..versions import capture_flag_modules
+
+_FLAG_HOMES = capture_flag_modules()  # newest first, from the version table
 _sglang_flag = None
 _stream_flag = None
 

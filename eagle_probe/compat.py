@@ -1,0 +1,136 @@
+"""`eagle-probe compat`: for the installed SGLang, every integration's targets (resolved / skipped and
+why) and the version rules in force, from the code the probe itself uses (versions.rules_for,
+integrations.ALL, integrations.base.resolve_target). Imports the target modules; patches nothing.
+"""
+
+import importlib
+import sys
+from typing import Optional
+
+from . import versions
+
+
+def off_summary(sglang_version: Optional[str]) -> Optional[str]:
+    """What stays off for an installed release outside the range (None when it is supported)."""
+    parsed = None if sglang_version is None else versions.parse_version(sglang_version)
+    if parsed is not None and versions.is_supported(parsed):
+        return None
+    from .integrations import ALL
+
+    names = ", ".join(i.name for i in ALL)
+    return f"all integrations ({names}): no SGLang function is wrapped, SGLang runs unchanged"
+
+
+def _target_status(integration, target, rules, supported, import_modules):
+    from .contract import version_specific_targets
+    from .integrations.base import resolve_target
+
+    dotted = f"{target.module}.{target.qualname}"
+    expected = target.module not in rules.absent_modules
+    rows = version_specific_targets().get(dotted)
+    if rows is not None and rules not in rows:
+        expected = False
+    entry = {"integration": integration.name, "target": dotted, "expected": expected,
+             "inner_forward": target.inner_forward}
+    if not supported:
+        entry.update(status="skipped", reason=f"SGLang outside the supported range {versions.SUPPORTED_RANGE_TEXT}")
+        return entry
+    module = sys.modules.get(target.module)
+    if module is None and import_modules:
+        try:
+            module = importlib.import_module(target.module)
+        except ModuleNotFoundError as exc:
+            entry.update(status="skipped", reason=f"module not in installed SGLang ({exc.name})"
+                         + ("" if expected else "; the version table says so"))
+            return entry
+        except Exception as exc:
+            entry.update(status="skipped", reason=f"module import failed: {type(exc).__name__}: {exc}"[:300])
+            return entry
+    if module is None:
+        entry.update(status="unknown", reason="module not imported (run without --no-import to resolve)")
+        return entry
+    try:
+        owner, _, _, owned = resolve_target(target, module)
+    except (AttributeError, KeyError) as exc:
+        entry.update(status="skipped", reason=f"not found in installed SGLang: {exc}"
+                     + ("" if expected else "; the version table says so"))
+        return entry
+    entry.update(status="resolved", reason="" if owned else f"inherited, wrapped on {owner.__name__}")
+    if not expected:
+        entry["reason"] = (entry["reason"] + "; " if entry["reason"] else "") + \
+            "present although the version table does not expect it here"
+    if target.inner_forward:
+        entry["reason"] = (entry["reason"] + "; " if entry["reason"] else "") + \
+            "inner forward: off under --enable-torch-compile / --enable-piecewise-cuda-graph (auto)"
+    return entry
+
+
+def compat_report(import_modules: bool = True, source_check: bool = False) -> dict:
+    from .integrations import ALL
+
+    sglang_version = versions.installed_sglang_version()
+    parsed = None if sglang_version is None else versions.parse_version(sglang_version)
+    supported = parsed is not None and versions.is_supported(parsed)
+    rules = versions.rules_for(parsed)
+    report = {
+        "sglang_version": sglang_version,
+        "supported_range": versions.SUPPORTED_RANGE_TEXT,
+        "supported": supported,
+        "off": off_summary(sglang_version) if sglang_version is not None else "all integrations (SGLang not installed)",
+        "rules_range": versions.rules_range_text(rules),
+        "rules": rules.as_dict(),
+        "targets": [],
+    }
+    if sglang_version is None:
+        return report
+    report["targets"] = [_target_status(i, t, rules, supported, import_modules) for i in ALL for t in i.targets]
+    if source_check:
+        from .contract import SourceTree, check_tree
+
+        src = SourceTree.installed()
+        result = check_tree(src, sglang_version) if src is not None else None
+        report["source_check"] = None if result is None else {
+            "claims": result.checked, "broken": [{"claim": c, "problem": p} for c, p in result.failures]}
+    return report
+
+
+def render(report: dict) -> str:
+    lines = []
+    version = report["sglang_version"] or "not installed"
+    state = "supported" if report["supported"] else "NOT SUPPORTED"
+    lines.append(f"eagle-probe compat: SGLang {version} ({state}; supported range {report['supported_range']})")
+    if report.get("off"):
+        lines.append(f"  off: {report['off']}")
+    rules = report["rules"]
+    verified = f"verified on real code with {rules['tested']}" if rules["verified"] else "read from the source, not run here"
+    lines.append(f"rules in force: the row for {report['rules_range']} ({verified}; proven per release by the "
+                 "contract check)")
+    for key, value in rules.items():
+        if key in ("verified", "tested", "first", "acceptance"):
+            continue
+        lines.append(f"  {key}: {value}")
+    for hook in rules["acceptance"]:
+        lines.append(f"  acceptance [{hook['worker']} worker, {hook['when']}]: {hook['target']} -> {hook['read']} "
+                     f"({'includes' if hook['includes_bonus'] else 'excludes'} the bonus token)")
+    if report["targets"]:
+        lines.append("integrations:")
+        width = max(len(t["integration"]) for t in report["targets"])
+        for t in report["targets"]:
+            reason = f": {t['reason']}" if t["reason"] else ""
+            lines.append(f"  {t['integration']:<{width}}  {t['status']:<8} {t['target']}{reason}")
+    check = report.get("source_check")
+    if check is not None:
+        lines.append(f"source check of the installed SGLang: {check['claims']} claims, "
+                     + ("all hold" if not check["broken"] else f"{len(check['broken'])} broken"))
+        lines += [f"  BROKEN: {b['claim']}: {b['problem']}" for b in check["broken"]]
+    return "\n".join(lines)
+
+
+def exit_status(report: dict) -> int:
+    """0: supported and every target the table expects resolved (and the source check, if run, holds)."""
+    if not report["supported"]:
+        return 1
+    if any(t["expected"] and t["status"] != "resolved" for t in report["targets"]):
+        return 1
+    check = report.get("source_check")
+    return 1 if check is not None and check["broken"] else 0

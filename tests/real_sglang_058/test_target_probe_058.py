@@ -1,0 +1,70 @@
+"""The probe against SGLang 0.5.8's real DeepSeek classes (run under .venv-0.5.8: scripts/test-0.5.8.sh)."""
+
+import json
+import os
+
+import pytest
+
+from eagle_probe import versions
+
+if not (versions.installed_sglang_version() or "").startswith("0.5.8"):
+    pytest.skip("SGLang 0.5.8 tier: run under .venv-0.5.8 (scripts/test-0.5.8.sh)", allow_module_level=True)
+
+import torch  # noqa: E402
+
+import eagle_probe  # noqa: E402
+
+TOKENS = [5, 9, 17, 33, 2, 71, 8]
+
+
+@pytest.fixture(scope="module")
+def dense():
+    torch.set_num_threads(1)
+    from sglang_cpu import runtime_058 as rt
+
+    rt.init_runtime()
+    config = rt.deepseek_v3_config(num_hidden_layers=6, first_k_dense_replace=6)
+    model = rt.build_deepseek(config, seed=1)
+    return model, rt.TinyBatchRunner(model)
+
+
+def events(log_dir, name):
+    out = []
+    for file in sorted(os.listdir(log_dir)):
+        with open(os.path.join(log_dir, file)) as handle:
+            out += [json.loads(line) for line in handle if line.strip()]
+    return [e for e in out if e["event"] == name]
+
+
+def test_058_plus_one_always_and_list_aux(dense, tmp_path):
+    from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
+
+    model, runner = dense
+    eagle_probe.uninstall()
+    assert eagle_probe.install(env={"EAGLE_PROBE_LOG_DIR": str(tmp_path)})
+    try:
+        model.set_eagle3_layers_to_capture([1, 3, 4])  # the same ids as the 0.5.23 tier
+        runner.reset()
+        out = runner.extend([TOKENS], capture_hidden_mode=CaptureHiddenMode.FULL)
+    finally:
+        eagle_probe.uninstall()
+    [cfg] = events(str(tmp_path), "eagle_probe.capture.configured")
+    assert cfg["layers_to_capture"] == list(model.model.layers_to_capture) == [2, 4, 5]
+    assert cfg["version_rule"] == versions.PLUS_ONE_ALWAYS and cfg["mapping"] == "plus_one"
+    [forward] = events(str(tmp_path), "eagle_probe.target.forward")
+    assert forward["aux_format"] == "list" and forward["aux_returned"] == 3  # 0.5.8 returns a list
+    hf = model.hf_model(torch.tensor([TOKENS]), output_hidden_states=True).hidden_states
+    hidden = model.config.hidden_size
+    for slot in cfg["slots"]:
+        got = out.hidden_states[:, slot["slot"] * hidden:(slot["slot"] + 1) * hidden]
+        assert torch.allclose(got, hf[slot["hf_index"]][0], atol=1e-5)
+
+
+def test_058_embedding_index_crashes_with_type_error(dense):
+    from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
+
+    model, runner = dense
+    model.set_eagle3_layers_to_capture([-1, 2, 3])  # -1 + 1 = index 0: hidden_states + None
+    runner.reset()
+    with pytest.raises(TypeError):
+        runner.extend([TOKENS], capture_hidden_mode=CaptureHiddenMode.FULL)
