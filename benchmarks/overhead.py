@@ -1,4 +1,4 @@
-"""Added time per target forward: a tiny DeepSeek-V3 on SGLang's real classes, with and without the probe.
+"""Added time per target forward, draft forward and verify step: SGLang's real classes, with and without the probe.
 
 Run:  .venv/bin/python benchmarks/overhead.py [--rounds 30] [--block 20]
 
@@ -10,6 +10,9 @@ same prepared batches, so drift on the machine hits both alike. Two figures per 
 - probe work (in situ): the probe's before/after steps timed inside real forwards, minus the same timer around
   an empty function there. The forward evicts the CPU caches, so this is the cold-cache cost; on this VM even
   the empty timed call costs microseconds in situ (printed as the baseline).
+Draft forward and verify step (acceptance path): the wrapper around a function returning at once, with real
+SGLang objects (llama_eagle3.LlamaModel and a ForwardBatch carrying an EagleDraftInput; Req, ScheduleBatch and
+GenerationBatchResult), probe active against the bare call, median per call: the probe's own added time.
 """
 
 import argparse
@@ -114,6 +117,58 @@ def probe_work_in_situ(runner, batch, n):
     return statistics.median(spent) - 2 * base, base
 
 
+def paired_median_ns(call_bare, call_probed, n):
+    bare, probed = [], []
+    for _ in range(n):
+        start = time.perf_counter_ns()
+        call_bare()
+        bare.append(time.perf_counter_ns() - start)
+        start = time.perf_counter_ns()
+        call_probed()
+        probed.append(time.perf_counter_ns() - start)
+    return statistics.median(bare), statistics.median(probed)
+
+
+def draft_and_acceptance(runner, target_config, n):
+    """Median added microseconds for the draft-forward wrapper and the acceptance wrapper (per verify step)."""
+    from array import array
+
+    import torch
+    from sglang.srt.managers.schedule_batch import Req, ScheduleBatch
+    from sglang.srt.managers.utils import GenerationBatchResult
+    from sglang.srt.models.llama_eagle3 import LlamaModel
+    from sglang.srt.sampling.sampling_params import SamplingParams
+    from sglang.srt.speculative.eagle_info import EagleDraftInput
+    from transformers import LlamaConfig
+
+    from eagle_probe.integrations.acceptance import resolve_spec_v2_tokens_wrapper
+    from eagle_probe.integrations.llama_eagle3 import draft_forward_wrapper
+    from sglang_cpu.draft_models import eagle3_draft_config
+
+    rows = []
+    draft = LlamaModel(LlamaConfig(**eagle3_draft_config(target_config)))
+    batch = prepare(runner)["DECODE"]
+    batch.spec_info = EagleDraftInput(hidden_states=torch.zeros(batch.batch_size, 3 * target_config.hidden_size))
+    args = (batch.input_ids, batch.positions, batch)
+
+    def returns(*a, **k):
+        return None
+
+    bare, probed = paired_median_ns(lambda: returns(*args), lambda: draft_forward_wrapper(returns, draft, args, {}), n)
+    rows.append(("draft forward", 0, (probed - bare) / 1000))
+    for batch_size in (1, 16, 128):
+        reqs = [Req(f"r{i}", "", array("i", [1, 2, 3]), SamplingParams(max_new_tokens=64)) for i in range(batch_size)]
+        schedule_batch = ScheduleBatch(reqs=reqs)
+        result = GenerationBatchResult()
+        result.num_correct_drafts_per_req_cpu = [i % 3 for i in range(batch_size)]
+        result.speculative_num_draft_tokens = 3
+        step = (result, schedule_batch)
+        bare, probed = paired_median_ns(lambda: returns(*step),
+                                        lambda: resolve_spec_v2_tokens_wrapper(returns, None, step, {}), n)
+        rows.append(("verify step", batch_size, (probed - bare) / 1000))
+    return rows
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=30)
@@ -155,6 +210,11 @@ def main():
         with_ = statistics.median(samples[True]) / 1000
         print(f"{mode:<14}{without:>12.1f}{with_:>12.1f}{with_ - without:>11.1f}{with_ / without:>8.3f}"
               f"{work_us:>14.2f}{situ / 1000:>12.2f}{base / 1000:>15.2f}")
+    eagle_probe.install(env=probe_env)
+    print(f"\n{'probe path':<16}{'batch':>7}{'added us (hot)':>16}")
+    for name, batch_size, added in draft_and_acceptance(runner, model.config, 3000):
+        print(f"{name:<16}{batch_size or '-':>7}{added:>16.2f}")
+    eagle_probe.uninstall()
     print(f"probe logs: {log_dir}")
 
 

@@ -138,13 +138,13 @@ def _positive_int(env: Mapping[str, str], name: str, default: int) -> int:
 
 
 def _layer_spec(env: Mapping[str, str], name: str) -> Optional[str]:
-    from .analysis.layers import parse_layer_spec
+    from .analysis.layers import parse_trained_layers
 
     raw = env.get(name)
     if raw is None or raw == "":
         return None
     try:
-        parse_layer_spec(raw)
+        parse_trained_layers(raw)
     except ValueError as exc:
         raise ConfigError(name, raw, f"'hf:I,J,...' (HF hidden_states indices) or 'sglang:I,J,...' ({exc})") from None
     return raw.strip()

@@ -12,8 +12,8 @@ from typing import Callable, Optional
 from . import __version__
 from .analysis import draft_rules
 from .analysis import findings as rules_mod
-from .analysis.acceptance import AcceptanceWindow, expected_mean_length
-from .analysis.layers import apply_capture_rule, capture_label, explain_mapping, parse_layer_spec
+from .analysis.acceptance import AcceptanceWindow, expected_mean_length, step_counts
+from .analysis.layers import apply_capture_rule, capture_label, explain_mapping, parse_trained_layers
 from .config import ProbeConfig
 from .observations import CaptureConfigured, DraftForward, DraftLoaded, Finding, Ranks, TargetForward, VerifyStep
 from .versions import VersionRules
@@ -200,9 +200,10 @@ class Recorder:
 
     def verify_step(self, step: VerifyStep):
         self._ensure_ranks()
-        self._window.add_step(step.accepted, step.positions)
-        self._total.add_step(step.accepted, step.positions)
-        self._metric("verify_step", step)
+        lengths, per_position = step_counts(step.accepted, step.positions)
+        self._window.add_counts(lengths, per_position, step.positions)
+        self._total.add_counts(lengths, per_position, step.positions)
+        self._metric("verify_step", lengths, per_position, step.positions)
         if self._clock() - self._last_acceptance >= self.config.summary_interval_s:
             self._emit_acceptance()
 
@@ -234,8 +235,7 @@ class Recorder:
             return
         captured = target.layers_to_capture
         if self.config.trained_layers:
-            trained = parse_layer_spec(self.config.trained_layers).hf_indices(
-                self.rules.capture_id_rule, target.num_layers)
+            trained = parse_trained_layers(self.config.trained_layers)
             for finding in draft_rules.layer_mismatch_findings(
                     captured=captured, trained_hf=trained, num_layers=target.num_layers, rules=self.rules,
                     requested_ids=target.requested_ids):

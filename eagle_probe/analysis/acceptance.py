@@ -6,7 +6,14 @@ iff accepted > k. Mean acceptance length includes the bonus token: 1 + accepted 
 """
 
 from collections import Counter
-from typing import List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
+
+
+def step_counts(accepted_per_request: Sequence[int], positions: int) -> Tuple[Dict[int, int], List[int]]:
+    """One verify step aggregated: (requests per accepted length, accepted count per draft position)."""
+    lengths = Counter(min(max(int(a), 0), positions) for a in accepted_per_request)
+    per_position = [sum(count for length, count in lengths.items() if length > k) for k in range(positions)]
+    return lengths, per_position
 
 
 def expected_mean_length(draft_accuracy: float, positions: int) -> float:
@@ -27,16 +34,19 @@ class AcceptanceWindow:
         self.positions = 0
 
     def add_step(self, accepted_per_request: Sequence[int], positions: int):
+        self.add_counts(*step_counts(accepted_per_request, positions), positions)
+
+    def add_counts(self, lengths: Dict[int, int], per_position: Sequence[int], positions: int):
+        """Add one step already aggregated by step_counts (cheap for large batches)."""
         self.steps += 1
         self.positions = max(self.positions, positions)
-        for accepted in accepted_per_request:
-            accepted = min(max(int(accepted), 0), positions)
-            self.drafts += 1
-            self.draft_tokens += positions
-            self.accepted_tokens += accepted
-            self.length_histogram[accepted] += 1
-            for k in range(accepted):
-                self.per_position[k] += 1
+        requests = sum(lengths.values())
+        self.drafts += requests
+        self.draft_tokens += requests * positions
+        self.accepted_tokens += sum(per_position)
+        self.length_histogram.update(lengths)
+        for k, count in enumerate(per_position):
+            self.per_position[k] += count
 
     def mean_accepted_drafts(self) -> Optional[float]:
         return self.accepted_tokens / self.drafts if self.drafts else None

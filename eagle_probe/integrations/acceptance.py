@@ -1,37 +1,82 @@
 """Per-step acceptance from values SGLang already holds on the CPU (no device synchronisation added).
 
-All three read accepted draft tokens per request with the bonus token excluded, after SGLang computed them:
-- 0.5.23: SchedulerBatchResultProcessor._resolve_spec_v2_tokens(result, batch) -> num_correct_drafts_per_req_cpu,
-  counting the requests SGLang counts (neither retracted nor finished);
-- 0.5.8, default v1 worker: EAGLEWorker.verify(batch, spec_info) -> (.., EagleVerifyOutput, ..);
-  accept_length_per_req_cpu (SGLang truncates it when a request finishes inside the accepted run);
-- 0.5.8 with SGLANG_ENABLE_SPEC_V2: Scheduler._resolve_spec_overlap_token_ids(result, batch) ->
-  result.accept_length_per_req_cpu.
-A release has only some of these modules and methods; the others are never patched.
+Where a release computes accepted draft tokens per request (bonus excluded), and under which field name,
+comes from the version table (versions.AcceptanceHook); this module wraps every known home and reads the
+field the table names for the installed release. A release has only some of these; the rest are never
+patched (their modules or methods do not exist there).
+- v1 worker (0.5.8 to 0.5.12.post1): EAGLEWorker.verify returns (.., EagleVerifyOutput, ..); SGLang truncates
+  the count when a request finishes inside the accepted run.
+- spec-v2 overlap resolver on the scheduler (0.5.8 with SGLANG_ENABLE_SPEC_V2, 0.5.11, 0.5.12).
+- 0.5.13+: SchedulerBatchResultProcessor._resolve_spec_v2_tokens, which counts only requests that are neither
+  retracted nor finished; the probe counts the same ones.
 """
 
 import sys
 
+from .. import versions
 from ..observations import VerifyStep
 from ..state import STATE
 from .base import Integration, PatchTarget
 
+V1_VERIFY = ("sglang.srt.speculative.eagle_worker", "EAGLEWorker.verify")
+OVERLAP_MIXIN = "sglang.srt.managers.scheduler_output_processor_mixin"
 BATCH_RESULT_PROCESSOR = "sglang.srt.managers.scheduler_components.batch_result_processor"
 
-_num_steps = None
+_fields = {}  # target -> field name from the version table (resolved once)
 
 
-def _draft_positions(result) -> int:
-    """Draft positions along the chain: the speculative steps of this server."""
-    global _num_steps
-    if _num_steps is None:
-        context = sys.modules.get("sglang.srt.runtime_context")
+def _field(target: str, default: str) -> str:
+    field = _fields.get(target)
+    if field is None:
+        hook = versions.acceptance_hook(target)
+        field = _fields[target] = hook.field if hook is not None else default
+    return field
+
+
+def _draft_positions(instance, result=None) -> int:
+    """Draft positions along the chain: the server's speculative steps."""
+    for owner in (instance, getattr(instance, "server_args", None)):
+        steps = getattr(owner, "speculative_num_steps", None)
+        if isinstance(steps, int):
+            return steps
+    context = sys.modules.get("sglang.srt.runtime_context")
+    try:
+        return int(context.get_spec().speculative_num_steps)
+    except Exception:
+        # A chain proposes num_draft_tokens - 1 tokens; the last is the bonus.
+        return int(result.speculative_num_draft_tokens) - int(getattr(result, "num_non_draft_tokens_per_req", 1))
+
+
+def _record(accepted, positions):
+    STATE.recorder.verify_step(VerifyStep(tuple(int(n) for n in accepted), positions))
+
+
+def eagle_worker_verify_wrapper(wrapped, instance, args, kwargs):
+    output = wrapped(*args, **kwargs)
+    if STATE.active:
         try:
-            _num_steps = int(context.get_spec().speculative_num_steps)
-        except Exception:
-            # A chain proposes num_draft_tokens - 1 tokens (the rest is the bonus).
-            return int(result.speculative_num_draft_tokens) - int(getattr(result, "num_non_draft_tokens_per_req", 1))
-    return _num_steps
+            field = _field(".".join(V1_VERIFY), "accept_length_per_req_cpu")
+            _record(getattr(output[1], field), _draft_positions(instance))
+        except Exception as exc:
+            STATE.report_error("acceptance.eagle_worker_verify", exc)
+    return output
+
+
+def _overlap_wrapper(qualname):
+    target = f"{OVERLAP_MIXIN}.{qualname}"
+
+    def wrapper(wrapped, instance, args, kwargs):
+        output = wrapped(*args, **kwargs)
+        if STATE.active:
+            try:
+                result = args[0] if args else kwargs["result"]
+                _record(getattr(result, _field(target, "accept_length_per_req_cpu")),
+                        _draft_positions(instance, result))
+            except Exception as exc:
+                STATE.report_error(f"acceptance.{qualname.rsplit('.', 1)[-1]}", exc)
+        return output
+
+    return wrapper
 
 
 def resolve_spec_v2_tokens_wrapper(wrapped, instance, args, kwargs):
@@ -40,43 +85,23 @@ def resolve_spec_v2_tokens_wrapper(wrapped, instance, args, kwargs):
         try:
             result = args[0] if args else kwargs["result"]
             batch = args[1] if len(args) > 1 else kwargs["batch"]
-            per_request = result.num_correct_drafts_per_req_cpu
-            live = tuple(int(n) for n, req in zip(per_request, batch.reqs)
-                         if not (req.is_retracted or req.finished()))
-            STATE.recorder.verify_step(VerifyStep(live, _draft_positions(result)))
+            field = _field(f"{BATCH_RESULT_PROCESSOR}.SchedulerBatchResultProcessor._resolve_spec_v2_tokens",
+                           "num_correct_drafts_per_req_cpu")
+            live = [n for n, req in zip(getattr(result, field), batch.reqs)
+                    if not (req.is_retracted or req.finished())]
+            _record(live, _draft_positions(instance, result))
         except Exception as exc:
             STATE.report_error("acceptance.resolve_spec_v2_tokens", exc)
     return output
 
 
-def eagle_worker_verify_wrapper(wrapped, instance, args, kwargs):
-    output = wrapped(*args, **kwargs)
-    if STATE.active:
-        try:
-            verify_output = output[1]
-            accepted = tuple(int(n) for n in verify_output.accept_length_per_req_cpu)
-            STATE.recorder.verify_step(VerifyStep(accepted, int(instance.speculative_num_steps)))
-        except Exception as exc:
-            STATE.report_error("acceptance.eagle_worker_verify", exc)
-    return output
-
-
-def resolve_spec_overlap_wrapper(wrapped, instance, args, kwargs):
-    output = wrapped(*args, **kwargs)
-    if STATE.active:
-        try:
-            result = args[0] if args else kwargs["result"]
-            accepted = tuple(int(n) for n in result.accept_length_per_req_cpu)
-            STATE.recorder.verify_step(VerifyStep(accepted, int(instance.server_args.speculative_num_steps)))
-        except Exception as exc:
-            STATE.report_error("acceptance.resolve_spec_overlap_token_ids", exc)
-    return output
-
+_OVERLAP_0_5_8 = "SchedulerOutputProcessorMixin._resolve_spec_overlap_token_ids"
+_OVERLAP_0_5_12 = "SchedulerOutputProcessorMixin._resolve_spec_overlap_tokens"
 
 INTEGRATION = Integration("acceptance", (
-    PatchTarget("sglang.srt.speculative.eagle_worker", "EAGLEWorker.verify", eagle_worker_verify_wrapper),
-    PatchTarget("sglang.srt.managers.scheduler_output_processor_mixin",
-                "SchedulerOutputProcessorMixin._resolve_spec_overlap_token_ids", resolve_spec_overlap_wrapper),
+    PatchTarget(*V1_VERIFY, eagle_worker_verify_wrapper),
+    PatchTarget(OVERLAP_MIXIN, _OVERLAP_0_5_8, _overlap_wrapper(_OVERLAP_0_5_8)),
+    PatchTarget(OVERLAP_MIXIN, _OVERLAP_0_5_12, _overlap_wrapper(_OVERLAP_0_5_12)),
     PatchTarget(BATCH_RESULT_PROCESSOR, "SchedulerBatchResultProcessor._resolve_spec_v2_tokens",
                 resolve_spec_v2_tokens_wrapper),
 ))

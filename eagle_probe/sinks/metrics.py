@@ -4,12 +4,76 @@ prometheus_client chooses single- or multi-process mode when it is imported, and
 PROMETHEUS_MULTIPROC_DIR only during start-up, so nothing here imports it at module level.
 """
 
+import glob
 import os
+import re
+import sys
 from typing import Optional
 
 from ..observations import Finding, Ranks, TargetForward
 
 RANK_LABELS = ("tp_rank", "pp_rank", "dp_rank")
+
+# Gauges in multiprocess mode: the rank labels already make each series one rank's, so "most recent write"
+# gives one value per rank (not one per pid, as "all" would); "live" drops a process's values once it is
+# marked dead (at its exit, or by the next probe process that finds its files).
+GAUGE_MULTIPROCESS_MODE = "livemostrecent"
+_LIVE_GAUGE_FILE = re.compile(r"^gauge_live[a-z]+_(\d+)\.db$")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True
+    return True
+
+
+def remove_dead_process_gauges(path: str) -> list:
+    """mark_process_dead for every pid that left live-gauge files in `path` and no longer runs (a process
+    killed with SIGKILL never runs its exit hook). Counters and histograms of dead processes stay: Prometheus
+    counters must not go back. Returns the pids cleaned."""
+    from prometheus_client import multiprocess
+
+    dead = set()
+    for name in os.listdir(path):
+        match = _LIVE_GAUGE_FILE.match(name)
+        if match and int(match.group(1)) != os.getpid() and not _pid_alive(int(match.group(1))):
+            dead.add(int(match.group(1)))
+    for pid in sorted(dead):
+        multiprocess.mark_process_dead(pid, path)
+    return sorted(dead)
+
+
+def _mark_self_dead(path: str, pid: int):
+    if os.getpid() != pid:  # a forked child inherits atexit hooks
+        return
+    try:
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(pid, path)
+    except Exception:
+        pass
+
+
+def serves_sglang_http() -> bool:
+    """Whether this process's node runs SGLang's HTTP server (and so its /metrics under --enable-metrics).
+    In a multi-node launch only node_rank 0 does; the others run schedulers only."""
+    module = sys.modules.get("sglang.srt.runtime_context")
+    if module is not None and hasattr(module, "get_parallel"):
+        try:
+            node_rank = module.get_parallel().node_rank
+            if isinstance(node_rank, int):
+                return node_rank == 0
+        except Exception:
+            pass
+    try:  # releases before runtime_context (0.5.8)
+        server_args = sys.modules["sglang.srt.server_args"].get_global_server_args()
+        return int(getattr(server_args, "node_rank", 0) or 0) == 0
+    except Exception:
+        return True
 
 
 class MetricsSink:
@@ -28,8 +92,7 @@ class MetricsSink:
             return metric
 
         def gauge(name, doc, labels):
-            # mostrecent: one value per label set across processes, not one per pid.
-            metric = prom.Gauge(name, doc, labels + RANK_LABELS, multiprocess_mode="mostrecent", **kw)
+            metric = prom.Gauge(name, doc, labels + RANK_LABELS, multiprocess_mode=GAUGE_MULTIPROCESS_MODE, **kw)
             self._label_names[id(metric)] = labels
             return metric
 
@@ -76,8 +139,16 @@ class MetricsSink:
         self._children = {}
         self._layer_series = {}
 
-        if metrics_port is not None and not self.multiprocess:
-            # Own exporter only when SGLang's /metrics does not serve us; one port per TP rank.
+        if self.multiprocess:
+            path = os.environ["PROMETHEUS_MULTIPROC_DIR"]
+            import atexit
+
+            atexit.register(_mark_self_dead, path, os.getpid())
+            remove_dead_process_gauges(path)
+        if metrics_port is not None and (not self.multiprocess or not serves_sglang_http()):
+            # Own exporter only when SGLang's /metrics does not serve us: without --enable-metrics, and on the
+            # nodes of a multi-node launch other than node 0. One port per TP rank; in multiprocess mode it
+            # serves this process's own values (the registry reads them from this pid's files).
             self.port = metrics_port + (ranks.tp_rank or 0)
             prom.start_http_server(self.port, addr="127.0.0.1", **kw)
 
@@ -128,18 +199,10 @@ class MetricsSink:
         if obs.fc_in is not None:
             self._child(self.draft_fc_in_width).set(obs.fc_in)
 
-    def verify_step(self, step):
-        # Aggregate the step first: one update per series, not one per request.
-        positions = step.positions
-        per_position = [0] * positions
-        lengths = {}
-        for accepted in step.accepted:
-            accepted = min(max(accepted, 0), positions)
-            lengths[accepted] = lengths.get(accepted, 0) + 1
-            for k in range(accepted):
-                per_position[k] += 1
-        requests = len(step.accepted)
+    def verify_step(self, lengths, per_position, positions):
+        """One verify step, aggregated by analysis.acceptance.step_counts: one update per series."""
         self._child(self.verify_steps).inc()
+        requests = sum(lengths.values())
         if not requests:
             return
         self._child(self.drafts).inc(requests)
@@ -149,8 +212,23 @@ class MetricsSink:
             self._child(self.accepted_per_pos, str(k)).inc(count)
         histogram = self._child(self.accept_length)
         for value, count in lengths.items():
-            for _ in range(count):
-                histogram.observe(value)
+            _observe_many(histogram, value, count)
 
     def integration_skipped(self, integration: str, target: str):
         self._child(self.skipped, integration, target).inc()
+
+
+def _observe_many(histogram, value, count):
+    """count observations of one value. prometheus_client has no such call; its histogram child keeps a sum
+    and non-cumulative bucket values, so add to those directly, and fall back to observe() if that changes."""
+    try:
+        bounds, buckets, total = histogram._upper_bounds, histogram._buckets, histogram._sum
+    except AttributeError:
+        for _ in range(count):
+            histogram.observe(value)
+        return
+    total.inc(value * count)
+    for bound, bucket in zip(bounds, buckets):
+        if value <= bound:
+            bucket.inc(count)
+            break

@@ -13,7 +13,7 @@ from eagle_probe.observations import Ranks, VerifyStep
 from eagle_probe.recorder import Recorder
 from eagle_probe.sinks.logs import LogSink
 from eagle_probe.sinks.metrics import MetricsSink
-from eagle_probe.versions import RULES
+from eagle_probe.versions import parse_version, rules_for
 
 
 def test_window_follows_vllm_definitions():
@@ -35,7 +35,7 @@ def test_expected_length_is_geometric():
 def make_recorder(**config):
     stream, registry = io.StringIO(), prometheus_client.CollectorRegistry()
     clock = [0.0]
-    recorder = Recorder(ProbeConfig(**config), RULES[-1], "0.5.23", LogSink(stream=stream),
+    recorder = Recorder(ProbeConfig(**config), rules_for(parse_version("0.5.23")), "0.5.23", LogSink(stream=stream),
                         lambda: Ranks(tp_rank=0, tp_size=1, pp_rank=0),
                         lambda ranks: MetricsSink(ranks, registry=registry), clock=lambda: clock[0])
     return recorder, stream, registry, clock

@@ -11,9 +11,9 @@ from eagle_probe.observations import CaptureConfigured, Ranks, TargetForward
 from eagle_probe.recorder import Recorder
 from eagle_probe.sinks.logs import LogSink
 from eagle_probe.sinks.metrics import MetricsSink
-from eagle_probe.versions import RULES
+from eagle_probe.versions import parse_version, rules_for
 
-RULES_0_5_8, RULES_0_5_23 = RULES
+RULES_0_5_8, RULES_0_5_23 = rules_for(parse_version("0.5.8")), rules_for(parse_version("0.5.23"))
 
 
 class Clock:
