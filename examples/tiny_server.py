@@ -1,11 +1,13 @@
-"""The main job on the built-in example: a real SGLang server on the CPU, observed by eagle-probe.
+"""The main job on the built-in example: a real speculative SGLang server on the CPU, observed by eagle-probe.
 
-1. writes a tiny random-weight DeepSeek-V3 checkpoint (6 layers: 2 dense, 4 MoE; no download);
-2. starts `eagle-probe run --log-dir ... -- python -m sglang.launch_server ...` with aux hidden-state
-   capture on (`--return-aux-hidden-state-layer-ids 1 3 4`) and SGLang's metrics endpoint;
-3. sends a few greedy requests;
-4. prints what the probe saw (captured layers with labels, shapes, paths, findings), its series from
-   SGLang's /metrics, and where the logs are.
+1. builds a tiny random-weight DeepSeek-V3 target (6 layers) and an EAGLE-3 draft for it whose acceptance is
+   known by construction (sglang_cpu.draft_models, case "map"; no download);
+2. starts `eagle-probe run --log-dir ... -- python -m sglang.launch_server ... --speculative-algorithm EAGLE3
+   --speculative-draft-model-path ... --enable-metrics` on the CPU (greedy, chain of 2 draft tokens);
+3. sends the case's requests;
+4. prints what the probe saw: captured layers with labels, shapes, paths, the draft's input, acceptance per
+   draft position against SGLang's own per-request figures, findings; its series from SGLang's /metrics; and
+   where the logs are.
 
 Run:  .venv/bin/python examples/tiny_server.py [--out out/example]
 """
@@ -21,8 +23,9 @@ sys.path.insert(0, ROOT)
 from eagle_probe.logread import read_events  # noqa: E402
 from eagle_probe.report import build_report, render_text  # noqa: E402
 
-AUX_LAYER_IDS = ["1", "3", "4"]
-PROMPTS = [[10, 11, 12, 13, 14], [7, 3, 99, 120, 5, 6, 200, 31], [42, 42, 42]]
+# The draft's per-token accuracy as "training" would report it: the probe compares observed acceptance with
+# the length it implies (EAGLE_PROBE_DRAFT_ACCURACY); this draft is built to fall short of it.
+CLAIMED_DRAFT_ACCURACY = "0.9"
 
 
 def eagle_probe_command():
@@ -36,40 +39,43 @@ def main():
     parser.add_argument("--start-timeout", type=float, default=900)
     args = parser.parse_args()
 
+    from sglang_cpu.draft_models import build_case
     from sglang_cpu.server import SGLangServer
-    from sglang_cpu.tiny_models import deepseek_v3_config, write_deepseek_v3_checkpoint
+    from sglang_cpu.spec_shims import SPEC_ENV
 
     out = os.path.abspath(args.out)
-    checkpoint = os.path.join(out, "tiny-deepseek-v3")
     log_dir = os.path.join(out, "probe-logs")
-    shutil.rmtree(log_dir, ignore_errors=True)
-    if not os.path.exists(os.path.join(checkpoint, "config.json")):
-        print(f"writing tiny DeepSeek-V3 checkpoint to {checkpoint}", flush=True)
-        write_deepseek_v3_checkpoint(checkpoint, deepseek_v3_config(num_hidden_layers=6, first_k_dense_replace=2))
+    shutil.rmtree(out, ignore_errors=True)
+    print(f"building a tiny DeepSeek-V3 target and an EAGLE-3 draft under {out}", flush=True)
+    case = build_case(os.path.join(out, "models"), "map")
 
-    launcher = eagle_probe_command() + ["run", "--log-dir", log_dir, "--summary-interval", "2", "--"]
-    server_args = ["--enable-metrics", "--speculative-algorithm", "EAGLE3", "--enable-return-aux-hidden-states",
-                   "--return-aux-hidden-state-layer-ids", *AUX_LAYER_IDS]
-    server = SGLangServer(checkpoint, extra_args=server_args, command_prefix=launcher,
-                          log_path=os.path.join(out, "server.log"))
+    launcher = eagle_probe_command() + ["run", "--log-dir", log_dir, "--summary-interval", "1", "--"]
+    env = dict(SPEC_ENV, EAGLE_PROBE_DRAFT_ACCURACY=CLAIMED_DRAFT_ACCURACY, EAGLE_PROBE_COLLAPSE_MIN_DRAFTS="8")
+    server = SGLangServer(case["target"], extra_args=["--enable-metrics", *case["args"]], command_prefix=launcher,
+                          env=env, log_path=os.path.join(out, "server.log"))
     print("starting: " + " ".join(server.command()), flush=True)
     print("(a real sglang.launch_server on the CPU; start-up takes one to three minutes)", flush=True)
     server.start(timeout=args.start_timeout)
     try:
-        print(f"server up in {server.startup_seconds:.0f} s; sending {len(PROMPTS)} requests", flush=True)
-        for prompt in PROMPTS:
-            print(f"  input {prompt} -> output {server.generate(prompt, max_new_tokens=8)}", flush=True)
+        print(f"server up in {server.startup_seconds:.0f} s; sending {len(case['expected']['prompts'])} requests",
+              flush=True)
+        for name, (prompt, max_new) in case["expected"]["prompts"].items():
+            meta = server.generate_raw(prompt, max_new_tokens=max_new)
+            info = meta["meta_info"]
+            print(f"  {name}: input {prompt} -> output {meta['output_ids']}", flush=True)
+            print(f"    SGLang: verify steps {info['spec_verify_ct']}, accepted drafts "
+                  f"{info['spec_num_correct_drafts']}, histogram {info['spec_correct_drafts_histogram']}", flush=True)
         metrics = [line for line in server.metrics_text().splitlines() if line.startswith("eagle_probe_")]
     finally:
         server.stop()
 
-    print("\n==== what eagle-probe saw ====")
+    print("\n==== what eagle-probe saw (eagle-probe summarize) ====")
     print(render_text(build_report(read_events([log_dir]))))
     print("\n==== eagle_probe_* series in SGLang's /metrics ====")
     print("\n".join(metrics) if metrics else "(none)")
     print(f"\nprobe logs (JSON lines, one file per process): {log_dir}")
     print(f"server log: {server.log_path}")
-    print(f"summarise again with: eagle-probe summarize {log_dir}")
+    print(f"again with: eagle-probe summarize {log_dir} [--html report.html]")
     return 0 if metrics else 1
 
 
