@@ -85,56 +85,34 @@ def _choice(env: Mapping[str, str], name: str, default: str, choices) -> str:
     return value
 
 
-def _port(env: Mapping[str, str], name: str) -> Optional[int]:
+def _number(env: Mapping[str, str], name: str, default, cast, valid, accepted: str):
+    """A numeric variable: cast the text, check it, or name the variable and what it accepts."""
     raw = env.get(name)
     if raw is None or raw == "":
-        return None
+        return default
     try:
-        port = int(raw)
+        value = cast(raw)
     except ValueError:
-        raise ConfigError(name, raw, "an integer TCP port 1-65535") from None
-    if not 1 <= port <= 65535:
-        raise ConfigError(name, raw, "an integer TCP port 1-65535")
-    return port
+        raise ConfigError(name, raw, accepted) from None
+    if not valid(value):
+        raise ConfigError(name, raw, accepted)
+    return value
+
+
+def _port(env: Mapping[str, str], name: str) -> Optional[int]:
+    return _number(env, name, None, int, lambda v: 1 <= v <= 65535, "an integer TCP port 1-65535")
 
 
 def _positive_float(env: Mapping[str, str], name: str, default: float) -> float:
-    raw = env.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigError(name, raw, "a number of seconds > 0") from None
-    if not value > 0 or value == float("inf"):
-        raise ConfigError(name, raw, "a number of seconds > 0")
-    return value
+    return _number(env, name, default, float, lambda v: 0 < v < float("inf"), "a number of seconds > 0")
 
 
 def _fraction(env: Mapping[str, str], name: str, default: Optional[float]) -> Optional[float]:
-    raw = env.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigError(name, raw, "a number in (0, 1]") from None
-    if not 0 < value <= 1:
-        raise ConfigError(name, raw, "a number in (0, 1]")
-    return value
+    return _number(env, name, default, float, lambda v: 0 < v <= 1, "a number in (0, 1]")
 
 
 def _positive_int(env: Mapping[str, str], name: str, default: int) -> int:
-    raw = env.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigError(name, raw, "an integer >= 1") from None
-    if value < 1:
-        raise ConfigError(name, raw, "an integer >= 1")
-    return value
+    return _number(env, name, default, int, lambda v: v >= 1, "an integer >= 1")
 
 
 def _layer_spec(env: Mapping[str, str], name: str) -> Optional[str]:

@@ -1,27 +1,39 @@
 #!/usr/bin/env bash
-# Create or reuse .venv/ with pinned SGLang (CPU-capable) and this project installed in it.
+# Create or reuse a virtual environment with a pinned SGLang release (CPU-capable) and this project in it.
+#   bash scripts/setup.sh          -> .venv/        SGLang 0.5.23 (the main one)
+#   bash scripts/setup.sh 0.5.8    -> .venv-0.5.8/  SGLang 0.5.8 (the oldest supported release's test tier)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+release=${1:-0.5.23}
+case "$release" in
+  0.5.23) venv=.venv ;;
+  0.5.8) venv=.venv-0.5.8 ;;
+  *) echo "eagle-probe setup: unknown release '$release' (accepted: 0.5.23, 0.5.8)" >&2; exit 2 ;;
+esac
+runtime=requirements/runtime-$release.txt
+nodeps=requirements/sglang-$release-nodeps.txt
 PY=${PYTHON:-python3}
-stamp=.venv/.eagle-probe-setup
-want=$(cat requirements/*.txt setup.cfg pyproject.toml | sha256sum | cut -d' ' -f1)
-if [ -x .venv/bin/python ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+stamp=$venv/.eagle-probe-setup
+want=$(cat "$runtime" "$nodeps" setup.cfg pyproject.toml | sha256sum | cut -d' ' -f1)
+if [ -x "$venv/bin/python" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi
-[ -x .venv/bin/python ] || "$PY" -m venv .venv
+[ -x "$venv/bin/python" ] || "$PY" -m venv "$venv"
 log=$(mktemp)
 pip_q() {
-  if ! .venv/bin/python -m pip install --disable-pip-version-check -q "$@" >"$log" 2>&1; then
+  if ! "$venv/bin/python" -m pip install --disable-pip-version-check -q "$@" >"$log" 2>&1; then
     grep -v "^WARNING: Location" "$log" | tail -n 40 >&2
     echo "eagle-probe setup: pip install $* failed" >&2
     exit 1
   fi
 }
-echo "eagle-probe setup: installing into .venv (first time takes a few minutes)" >&2
-pip_q -r requirements/runtime-0.5.23.txt
-# SGLang's own dependency list pulls GPU kernel packages; its CPU path needs only these.
-pip_q --no-deps -r requirements/sglang-0.5.23-nodeps.txt
+echo "eagle-probe setup: installing SGLang $release into $venv (first time takes a few minutes)" >&2
+pip_q -r "$runtime"
+# SGLang's own dependency list pulls GPU kernel packages; its CPU path needs only these (0.5.8's sgl-kernel
+# imports are met by the test-only stand-in in sglang_cpu/shims_058.py).
+pip_q --no-deps -r "$nodeps"
 pip_q --no-deps -e .
-.venv/bin/python -c "import sglang, torch, transformers, eagle_probe, wrapt, structlog, prometheus_client" \
-  || { echo "eagle-probe setup: .venv is incomplete (see pip output above)" >&2; exit 1; }
+"$venv/bin/python" -c "import sglang, torch, transformers, eagle_probe, wrapt, structlog, prometheus_client
+assert sglang.__version__ == '$release', sglang.__version__" \
+  || { echo "eagle-probe setup: $venv is incomplete (see pip output above)" >&2; exit 1; }
 echo "$want" > "$stamp"
