@@ -29,6 +29,7 @@ EV_INTERNAL_ERROR = "eagle_probe.internal_error"
 EV_DRAFT_LOADED = "eagle_probe.draft.loaded"
 EV_DRAFT_FORWARD = "eagle_probe.draft.forward"
 EV_ACCEPTANCE = "eagle_probe.acceptance"
+SELF_FED_DRAFT_MODES = ("DECODE", "IDLE")
 
 
 class Recorder:
@@ -150,7 +151,7 @@ class Recorder:
         self._counts[(obs.role, obs.mode, obs.path, obs.can_run_tbo)] += 1
         self._lost_total += len(obs.lost)
         self._metric("forward", obs)
-        key = (obs.role, obs.model_class, obs.path)
+        key = (obs.role, obs.model_class, obs.path, obs.mode)  # modes alternate every step: one entry each
         signature = obs.signature()
         if self._signatures.get(key) != signature:
             self._signatures[key] = signature
@@ -181,7 +182,7 @@ class Recorder:
     def draft_forward(self, obs: DraftForward):
         self._ensure_ranks()
         self._metric("draft_forward", obs)
-        key = ("draft", obs.model_class, obs.path)
+        key = ("draft", obs.model_class, obs.path, obs.mode)
         signature = obs.signature()
         if self._signatures.get(key) != signature:
             self._signatures[key] = signature
@@ -190,7 +191,9 @@ class Recorder:
                            fc_ran=obs.fc_ran, num_aux=obs.num_aux, target_hidden_size=obs.target_hidden_size,
                            tokens=obs.tokens, error=obs.error)
             self._metric("draft_shapes", obs)
-            if obs.aux_width is not None:
+            # Only target-fed forwards (prefill and draft extend) must pass through fc; multi-step draft DECODE
+            # feeds the draft its own hidden state, which skips fc by design.
+            if obs.aux_width is not None and obs.mode not in SELF_FED_DRAFT_MODES:
                 for finding in draft_rules.draft_input_findings(
                         model_class=obs.model_class, mode=obs.mode, aux_width=obs.aux_width,
                         embed_width=obs.embed_width, fc_in_width=obs.fc_in,

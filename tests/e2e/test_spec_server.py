@@ -1,0 +1,310 @@
+"""Real SGLang 0.5.23 EAGLE-3 speculative servers on the CPU (greedy, topk 1, 2 steps, 3 draft tokens), each
+with the probe injected only through PYTHONPATH.
+
+Test-only support: `sglang_cpu.spec_shims` (applied through `sglang_cpu/site/sitecustomize.py`
+when SGLANG_CPU_SPEC=1) and `sglang_cpu.draft_models` (tiny drafts with known acceptance). One
+server per case; expectations come from `draft_models.simulate_chain`, computed from the maps the
+checkpoints were built from, never from the server. The probe's figures are checked against both the
+construction and SGLang's own per-request meta_info and log lines.
+"""
+
+import os
+import re
+
+import pytest
+
+from eagle_probe.bootstrap import BOOTSTRAP_DIR
+from eagle_probe.logread import read_events
+from sglang_cpu.draft_models import build_case
+from sglang_cpu.server import SGLangServer, ServerError
+from sglang_cpu.spec_shims import SPEC_ENV
+
+from .conftest import START_TIMEOUT
+
+NUM_STEPS = 2
+RANDOM_PROMPTS = ([10, 11, 12, 13, 14], [7, 3, 99, 120, 5, 6, 200, 31])
+ACCEPT_LEN = re.compile(r"Decode batch, .*accept len: (\d+\.\d\d), accept rate: (\d+\.\d\d),")
+
+
+def _probe_env(root, name):
+    return {"EAGLE_PROBE_LOG_DIR": os.path.join(root, f"probe-{name}"), "EAGLE_PROBE_SUMMARY_INTERVAL_S": "0.2"}
+
+
+def _server(checkpoint, root, name, extra_args=(), spec=True, probe=True):
+    env = dict(SPEC_ENV) if spec else {}
+    if probe:
+        env.update(_probe_env(root, name))
+    return SGLangServer(checkpoint, extra_args=extra_args, env=env,
+                        pythonpath_prefix=[BOOTSTRAP_DIR] if probe else (),
+                        log_path=os.path.join(root, f"{name}.log"))
+
+
+def _start(checkpoint, root, name, extra_args=(), spec=True, probe=True):
+    server = _server(checkpoint, root, name, extra_args, spec, probe)
+    server.start(timeout=START_TIMEOUT)
+    return server
+
+
+def _events(root, name, event=None):
+    events = read_events([os.path.join(root, f"probe-{name}")])
+    return [e for e in events if event is None or e["event"] == event]
+
+
+def _findings(root, name, severity=None):
+    return [e for e in _events(root, name, "eagle_probe.finding") if severity is None or e["severity"] == severity]
+
+
+SPEC_COUNTERS = ("eagle_probe_spec_verify_steps_total", "eagle_probe_spec_drafts_total",
+                 "eagle_probe_spec_draft_tokens_total", "eagle_probe_spec_accepted_tokens_total")
+
+
+def _spec_counters(metrics_text):
+    values = {name: _metric(metrics_text, name) or 0.0 for name in SPEC_COUNTERS}
+    for k in range(NUM_STEPS):
+        values[k] = _metric_labelled(metrics_text, "eagle_probe_spec_accepted_tokens_per_pos_total",
+                                     f'position="{k}"') or 0.0
+    return values
+
+
+def _delta(after, before):
+    return {k: after[k] - before[k] for k in after}
+
+
+def _metric_labelled(text, name, label):
+    for line in text.splitlines():
+        if line.startswith(name + "{") and label in line:
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+def _metric(text, name):
+    for line in text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("spec-e2e"))
+
+
+# ------------------------------------------------------------------------- a. random weights
+
+
+@pytest.fixture(scope="module")
+def random_runs(root):
+    case = build_case(root, "random", num_steps=NUM_STEPS)
+    plain = _start(case["target"], root, "random-plain", spec=False, probe=False)
+    try:
+        plain_out = [plain.generate(p, max_new_tokens=12) for p in RANDOM_PROMPTS]
+    finally:
+        plain.stop()
+    spec = _start(case["target"], root, "random-spec", case["args"] + ["--enable-metrics"])
+    try:
+        before = _spec_counters(spec.metrics_text())
+        spec_raw = [spec.generate_raw(p, max_new_tokens=12) for p in RANDOM_PROMPTS]
+        counters = _delta(_spec_counters(spec.metrics_text()), before)
+        log = spec.log_text()
+    finally:
+        spec.stop()
+    return dict(plain=plain_out, spec=spec_raw, log=log, counters=counters, root=root)
+
+
+def test_random_spec_output_equals_plain(random_runs):
+    assert [r["output_ids"] for r in random_runs["spec"]] == random_runs["plain"]
+    assert all(len(o) == 12 for o in random_runs["plain"])
+
+
+def test_random_probe_acceptance_agrees_with_sglang(random_runs):
+    metas = [r["meta_info"] for r in random_runs["spec"]]
+    counters = random_runs["counters"]
+    verify_steps = sum(m["spec_verify_ct"] for m in metas)
+    # one request at a time: every verify step is one draft of NUM_STEPS tokens
+    assert counters["eagle_probe_spec_verify_steps_total"] == verify_steps
+    assert counters["eagle_probe_spec_drafts_total"] == verify_steps
+    assert counters["eagle_probe_spec_draft_tokens_total"] == sum(m["spec_num_proposed_drafts"] for m in metas)
+    assert counters["eagle_probe_spec_accepted_tokens_total"] == sum(m["spec_num_correct_drafts"] for m in metas)
+    # SGLang's per-step "accept len" (bonus included) averages to the probe's mean acceptance length
+    lens = [float(a) for a, _ in ACCEPT_LEN.findall(random_runs["log"])]
+    probe_mean = 1 + counters["eagle_probe_spec_accepted_tokens_total"] / counters["eagle_probe_spec_drafts_total"]
+    assert sum(lens[-verify_steps:]) / verify_steps == pytest.approx(probe_mean)
+
+
+def test_random_probe_sees_a_correct_draft(random_runs):
+    root = random_runs["root"]
+    [loaded] = _events(root, "random-spec", "eagle_probe.draft.loaded")
+    assert loaded["eagle_layer_ids"] == [1, 3, 4] and loaded["fc_in"] == 3 * 64 and loaded["dropped"] == []
+    drafts = _events(root, "random-spec", "eagle_probe.draft.forward")
+    assert drafts and all(d["fc_ran"] and d["aux_width"] == d["fc_in"] == 192 for d in drafts)
+    assert {d["role"] for d in drafts} == {"draft"}
+    [cfg] = [e for e in _events(root, "random-spec", "eagle_probe.capture.configured") if e["role"] == "target"]
+    assert cfg["layers_to_capture"] == [2, 4, 5]
+    assert not _findings(root, "random-spec", "error")
+    acceptance = _events(root, "random-spec", "eagle_probe.acceptance")
+    assert acceptance and all(a["tp_rank"] == 0 and a["positions"] == NUM_STEPS for a in acceptance)
+
+
+def test_random_spec_logs_accept_len(random_runs):
+    found = ACCEPT_LEN.findall(random_runs["log"])
+    assert found, random_runs["log"][-3000:]
+    for r in random_runs["spec"]:
+        meta = r["meta_info"]
+        assert meta["spec_verify_ct"] >= 1
+        assert meta["spec_num_proposed_drafts"] == meta["spec_verify_ct"] * NUM_STEPS
+        assert sum(meta.get("spec_correct_drafts_histogram", [])) == meta["spec_verify_ct"]
+
+
+# --------------------------------------------------- b. zero lm_head: every draft accepted
+
+
+@pytest.fixture(scope="module")
+def zero_head_runs(root):
+    case = build_case(root, "zero_head", num_steps=NUM_STEPS)
+    server = _start(case["target"], root, "zero-head", case["args"] + ["--enable-metrics"])
+    try:
+        before = _spec_counters(server.metrics_text())
+        out = {k: server.generate_raw(p, max_new_tokens=n) for k, (p, n) in case["expected"]["prompts"].items()}
+        counters = _delta(_spec_counters(server.metrics_text()), before)
+        log = server.log_text()
+    finally:
+        server.stop()
+    return dict(case=case, out=out, log=log, counters=counters)
+
+
+def test_zero_head_every_draft_accepted(zero_head_runs):
+    expected = zero_head_runs["case"]["expected"]["runs"]["all_accepted"]
+    meta = zero_head_runs["out"]["all_accepted"]["meta_info"]
+    assert zero_head_runs["out"]["all_accepted"]["output_ids"] == expected["output_ids"] == [0] * 7
+    assert meta["spec_verify_ct"] == expected["verify_ct"] == 2
+    assert meta["spec_num_correct_drafts"] == expected["num_correct_drafts"] == 4
+    assert meta["spec_correct_drafts_histogram"] == expected["histogram"] == [0, 0, 2]
+    assert meta["spec_accept_rate"] == 1.0
+    lens = {a for a, _ in ACCEPT_LEN.findall(zero_head_runs["log"])}
+    assert lens == {"3.00"}, lens
+
+
+def test_zero_head_probe_counts_every_position_accepted(zero_head_runs):
+    expected = zero_head_runs["case"]["expected"]["runs"]["all_accepted"]
+    counters = zero_head_runs["counters"]
+    steps = expected["verify_ct"]
+    assert counters["eagle_probe_spec_verify_steps_total"] == steps
+    assert counters["eagle_probe_spec_drafts_total"] == steps
+    assert counters["eagle_probe_spec_accepted_tokens_total"] == steps * NUM_STEPS
+    assert [counters[k] / steps for k in range(NUM_STEPS)] == [1.0] * NUM_STEPS
+    # tokens generated = one from prefill + (accepted drafts + bonus) per verify step
+    assert 1 + counters["eagle_probe_spec_accepted_tokens_total"] + steps == len(expected["output_ids"])
+
+
+# ----------------------------------------- c. map models: known per-position acceptance
+
+
+@pytest.fixture(scope="module")
+def map_runs(root):
+    case = build_case(root, "map", num_steps=NUM_STEPS)
+    server = _start(case["target"], root, "map", case["args"] + ["--enable-metrics"])
+    try:
+        before = _metric(server.metrics_text(), "sglang:spec_verify_calls_total") or 0.0
+        out, counters = {}, {}
+        for k, (p, n) in case["expected"]["prompts"].items():
+            start = _spec_counters(server.metrics_text())
+            out[k] = server.generate_raw(p, max_new_tokens=n)
+            counters[k] = _delta(_spec_counters(server.metrics_text()), start)
+        metrics = server.metrics_text()
+        log = server.log_text()
+    finally:
+        server.stop()
+    return dict(case=case, out=out, before=before, metrics=metrics, log=log, counters=counters, root=root)
+
+
+@pytest.mark.parametrize("key", ["pos1_always_pos2_never", "into_fixed_point", "mixed"])
+def test_map_acceptance_matches_construction(map_runs, key):
+    expected = map_runs["case"]["expected"]["runs"][key]
+    got = map_runs["out"][key]
+    meta = got["meta_info"]
+    assert got["output_ids"] == expected["output_ids"]
+    assert meta["spec_verify_ct"] == expected["verify_ct"]
+    assert meta["spec_num_correct_drafts"] == expected["num_correct_drafts"]
+    assert meta["spec_num_proposed_drafts"] == expected["verify_ct"] * NUM_STEPS
+    assert meta["spec_correct_drafts_histogram"] == expected["histogram"]
+    assert meta["completion_tokens"] == len(expected["output_ids"])
+
+
+@pytest.mark.parametrize("key", ["pos1_always_pos2_never", "into_fixed_point", "mixed"])
+def test_map_probe_per_position_counters_match_construction(map_runs, key):
+    expected = map_runs["case"]["expected"]["runs"][key]
+    counters = map_runs["counters"][key]
+    assert counters["eagle_probe_spec_verify_steps_total"] == expected["verify_ct"]
+    assert counters["eagle_probe_spec_drafts_total"] == expected["verify_ct"]
+    assert counters["eagle_probe_spec_accepted_tokens_total"] == expected["num_correct_drafts"]
+    # per_position[k]: verify steps whose draft position k (0-based here) was accepted
+    assert [counters[k] for k in range(NUM_STEPS)] == expected["per_position"]
+
+
+def test_map_probe_acceptance_event(map_runs):
+    events = _events(map_runs["root"], "map", "eagle_probe.acceptance")
+    assert events
+    total = events[-1]["total"]
+    runs = map_runs["case"]["expected"]["runs"]
+    # the last event's running total covers the three requests (plus SGLang's warm-up before them)
+    assert total["steps"] >= sum(r["verify_ct"] for r in runs.values())
+    assert not _findings(map_runs["root"], "map", "error")
+
+
+def test_map_expectations_are_the_designed_patterns(map_runs):
+    runs = map_runs["case"]["expected"]["runs"]
+    assert runs["pos1_always_pos2_never"]["per_position"] == [4, 0]
+    assert runs["into_fixed_point"]["per_step"] == [1, 1, 2, 2]
+    assert runs["mixed"]["per_step"] == [1, 0] * 5
+
+
+def test_map_metrics_and_log(map_runs):
+    runs = map_runs["case"]["expected"]["runs"]
+    after = _metric(map_runs["metrics"], "sglang:spec_verify_calls_total")
+    assert after - map_runs["before"] == sum(r["verify_ct"] for r in runs.values())
+    # a gauge of the last logged interval (the last verify step of "mixed" rejected its draft)
+    assert _metric(map_runs["metrics"], "sglang:spec_accept_length") == 1.0
+    lens = [a for a, _ in ACCEPT_LEN.findall(map_runs["log"])]
+    # one log line per verify step (--decode-log-interval 1): warm-up + the three requests
+    steps = [a + 1 for r in runs.values() for a in r["per_step"]]
+    assert lens[-len(steps):] == [f"{s:.2f}" for s in steps]
+
+
+# ------------------------------------------------------------------------ d. mis-wired drafts
+
+
+def test_fc_width_mismatch_fails_start_up(root):
+    """Draft fc built for 4 aux states while the target captures 3 (num_aux_hidden_states=4)."""
+    case = build_case(root, "fc_width", num_steps=NUM_STEPS)
+    server = _server(case["target"], root, "fc-width", case["args"])
+    with pytest.raises(ServerError):
+        server.start(timeout=START_TIMEOUT)
+    assert "mat1 and mat2 shapes cannot be multiplied" in server.log_text()
+    # the probe names the cause from the draft's first forward, before SGLang's shape error ends it
+    [finding] = [f for f in _findings(root, "fc-width") if f["code"] == "fc_width_mismatch"]
+    assert finding["evidence"]["aux_width"] == 3 * 64 and finding["evidence"]["fc_in_width"] == 4 * 64
+    assert "3 aux states of width 64" in finding["message"]
+    [forward] = _events(root, "fc-width", "eagle_probe.draft.forward")
+    assert forward["error"].startswith("RuntimeError") and forward["fc_ran"] is True
+
+
+def test_eagle3_draft_under_eagle_algorithm(root, random_runs):
+    """An EAGLE-3 draft served with --speculative-algorithm EAGLE: the target captures no aux
+    states, the draft gets the target's last hidden state (width H == draft H), so SGLang skips
+    fc silently. The server runs and verification keeps the greedy output exact."""
+    case = build_case(root, "eagle_algo", num_steps=NUM_STEPS)  # same target weights as "random"
+    server = _start(case["target"], root, "eagle-algo", case["args"])
+    try:
+        out = server.generate_raw(RANDOM_PROMPTS[0], max_new_tokens=8)
+        log = server.log_text()
+    finally:
+        server.stop()
+    assert out["output_ids"] == random_runs["plain"][0][:8]
+    assert out["meta_info"]["spec_verify_ct"] >= 1
+    assert ACCEPT_LEN.search(log)
+    assert "Traceback" not in log
+    # SGLang says nothing; the probe names it
+    [finding] = [f for f in _findings(root, "eagle-algo") if f["code"] == "fc_skipped"]
+    assert finding["evidence"]["aux_width"] == finding["evidence"]["embed_width"] == 64
+    assert "--speculative-algorithm EAGLE" in finding["message"]
+    assert any(not d["fc_ran"] for d in _events(root, "eagle-algo", "eagle_probe.draft.forward"))
