@@ -304,7 +304,8 @@ def build_case(root, name: str, *, num_steps: int = 2) -> dict:
     dict(target=path, draft=path, expected=..., args=[extra server args]).
 
     Cases: "random", "zero_head", "map", "fc_width" (num_aux 4 vs 3 captured), "eagle_algo"
-    (an EAGLE-3 draft under --speculative-algorithm EAGLE)."""
+    (an EAGLE-3 draft under --speculative-algorithm EAGLE, whose checkpoint also holds an fc_norm weight
+    that its config does not enable)."""
     base = os.path.join(str(root), name)
     tcfg = spec_target_config()
     tpath = os.path.join(base, "target")
@@ -330,7 +331,9 @@ def build_case(root, name: str, *, num_steps: int = 2) -> dict:
         write_eagle3_draft_checkpoint(dpath, eagle3_draft_config(tcfg, num_aux=4), seed=0)
     elif name == "eagle_algo":
         write_target_checkpoint(tpath, tcfg, seed=0)
-        write_eagle3_draft_checkpoint(dpath, eagle3_draft_config(tcfg), seed=0)
+        # Also a per-aux norm weight whose config flag (fc_norm) is missing: SGLang drops it without a word.
+        extra = {"fc_norm.0.weight": torch.ones(int(tcfg.hidden_size))}
+        write_eagle3_draft_checkpoint(dpath, eagle3_draft_config(tcfg), seed=0, state=extra)
         algo = "EAGLE"
     else:
         raise ValueError(f"unknown case {name!r}")

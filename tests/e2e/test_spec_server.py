@@ -135,9 +135,13 @@ def test_random_probe_sees_a_correct_draft(random_runs):
     root = random_runs["root"]
     [loaded] = _events(root, "random-spec", "eagle_probe.draft.loaded")
     assert loaded["eagle_layer_ids"] == [1, 3, 4] and loaded["fc_in"] == 3 * 64 and loaded["dropped"] == []
-    drafts = _events(root, "random-spec", "eagle_probe.draft.forward")
-    assert drafts and all(d["fc_ran"] and d["aux_width"] == d["fc_in"] == 192 for d in drafts)
-    assert {d["role"] for d in drafts} == {"draft"}
+    drafts = {d["mode"]: d for d in _events(root, "random-spec", "eagle_probe.draft.forward")}
+    # logged once per mode: target-fed forwards go through fc; multi-step DECODE feeds the draft its own state
+    assert set(drafts) == {"EXTEND", "DRAFT_EXTEND_V2", "DECODE"}
+    for mode in ("EXTEND", "DRAFT_EXTEND_V2"):
+        assert drafts[mode]["fc_ran"] and drafts[mode]["aux_width"] == drafts[mode]["fc_in"] == 3 * 64
+    assert not drafts["DECODE"]["fc_ran"] and drafts["DECODE"]["aux_width"] == drafts["DECODE"]["embed_width"] == 64
+    assert {d["role"] for d in drafts.values()} == {"draft"}
     [cfg] = [e for e in _events(root, "random-spec", "eagle_probe.capture.configured") if e["role"] == "target"]
     assert cfg["layers_to_capture"] == [2, 4, 5]
     assert not _findings(root, "random-spec", "error")
@@ -304,7 +308,14 @@ def test_eagle3_draft_under_eagle_algorithm(root, random_runs):
     assert ACCEPT_LEN.search(log)
     assert "Traceback" not in log
     # SGLang says nothing; the probe names it
-    [finding] = [f for f in _findings(root, "eagle-algo") if f["code"] == "fc_skipped"]
-    assert finding["evidence"]["aux_width"] == finding["evidence"]["embed_width"] == 64
-    assert "--speculative-algorithm EAGLE" in finding["message"]
-    assert any(not d["fc_ran"] for d in _events(root, "eagle-algo", "eagle_probe.draft.forward"))
+    skipped = [f for f in _findings(root, "eagle-algo") if f["code"] == "fc_skipped"]
+    assert {f["evidence"]["mode"] for f in skipped} == {"EXTEND", "DRAFT_EXTEND_V2"}  # every target-fed forward
+    for finding in skipped:
+        assert finding["evidence"]["aux_width"] == finding["evidence"]["embed_width"] == 64
+        assert "--speculative-algorithm EAGLE" in finding["message"] and finding["severity"] == "error"
+    assert any(not d["fc_ran"] and d["mode"] != "DECODE" for d in _events(root, "eagle-algo", "eagle_probe.draft.forward"))
+    # the checkpoint's fc_norm weight, loaded by nothing because the config lacks fc_norm
+    [dropped] = [f for f in _findings(root, "eagle-algo") if f["code"] == "draft_weights_dropped"]
+    assert dropped["evidence"]["dropped"] == ["fc_norm.0.weight"]
+    [loaded] = _events(root, "eagle-algo", "eagle_probe.draft.loaded")
+    assert loaded["dropped"] == ["fc_norm.0.weight"] and loaded["fc_norm"] is False
