@@ -1,0 +1,322 @@
+#!/usr/bin/env python3
+"""Dashboards as code (standard library only): writes the Grafana dashboard and the Prometheus alert rules.
+
+    python dashboards/generate.py          # rewrite dashboards/eagle-probe.json and dashboards/prometheus/alerts.yml
+    python dashboards/generate.py --check  # exit 1 when the committed files differ from this generator's output
+
+The committed files are what Grafana and Prometheus load; tests/prometheus checks that they equal this output and
+runs every expression below against a real Prometheus scraping a real SGLang server with the probe.
+
+Conventions: every panel query filters on the dashboard variables `$instance` and `$tp_rank` (and `$role` where the
+metric has a role label); rates use `$__rate_interval`. Acceptance follows vLLM's definitions: mean acceptance length
+= 1 + rate(accepted tokens) / rate(drafts); acceptance rate at draft position k = rate(accepted at k) / rate(drafts).
+"""
+
+import json
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DASHBOARD_PATH = os.path.join(HERE, "eagle-probe.json")
+ALERTS_PATH = os.path.join(HERE, "prometheus", "alerts.yml")
+
+UID = "eagle-probe-eagle3"
+DS = {"type": "prometheus", "uid": "${datasource}"}
+SEL = 'instance=~"$instance", tp_rank=~"$tp_rank"'
+SEL_ROLE = SEL + ', role=~"$role"'
+RANK = "instance, tp_rank"
+RI = "$__rate_interval"
+
+# Finding codes that mean the draft is fed other layers or shapes than it expects.
+MISMATCH_CODES = ("layer_mismatch", "fc_width_mismatch", "aux_count_mismatch", "graph_eager_layer_mismatch",
+                  "capture_id_unreachable", "fc_skipped", "pp_stage_no_capture")
+COLLAPSE_THRESHOLD = 0.3  # position-0 acceptance rate; healthy EAGLE-3 drafts accept 0.6-0.9 at position 0
+
+
+def target(expr, legend="", ref="A", instant=False, fmt="time_series", hide=False):
+    t = {"datasource": DS, "refId": ref, "expr": expr, "legendFormat": legend or "__auto",
+         "range": not instant, "instant": instant, "format": fmt, "editorMode": "code"}
+    if hide:
+        t["hide"] = True
+    return t
+
+
+def panel(pid, title, description, targets, kind="timeseries", grid=(0, 0, 12, 8), unit=None, extra=None,
+          options=None, custom=None):
+    x, y, w, h = grid
+    defaults = {}
+    if unit:
+        defaults["unit"] = unit
+    if custom is not None:
+        defaults["custom"] = custom
+    p = {"id": pid, "type": kind, "title": title, "description": description, "datasource": DS,
+         "gridPos": {"x": x, "y": y, "w": w, "h": h}, "targets": targets,
+         "fieldConfig": {"defaults": defaults, "overrides": []}, "options": options or {}}
+    if extra:
+        p.update(extra)
+    return p
+
+
+def row(pid, title, y):
+    return {"id": pid, "type": "row", "title": title, "collapsed": False, "panels": [],
+            "gridPos": {"x": 0, "y": y, "w": 24, "h": 1}}
+
+
+def ts_options(stack=False, bars=False):
+    custom = {"drawStyle": "bars" if bars else "line", "lineWidth": 1, "fillOpacity": 20 if stack else 0,
+              "stacking": {"mode": "normal" if stack else "none", "group": "A"}, "showPoints": "auto",
+              "spanNulls": False}
+    options = {"legend": {"displayMode": "table", "placement": "bottom", "showLegend": True, "calcs": ["lastNotNull"]},
+               "tooltip": {"mode": "multi", "sort": "desc"}}
+    return custom, options
+
+
+def table_options(hidden=("Time",), rename=None):
+    return {"transformations": [{"id": "organize", "options": {
+        "excludeByName": {name: True for name in hidden}, "indexByName": {}, "renameByName": rename or {}}}]}
+
+
+def panels():
+    out = []
+    y = 0
+    out.append(row(100, "Acceptance", y))
+    y += 1
+    custom, options = ts_options()
+    out.append(panel(
+        1, "Mean acceptance length",
+        "Tokens per request and verify step, bonus token included: 1 + rate(accepted draft tokens) / rate(drafts) "
+        "(vLLM's definition), per rank, from the probe; SGLang's own sglang:spec_accept_length gauge (average over "
+        "the last --decode-log-interval steps, bonus included) beside it when --enable-metrics is on.",
+        [target(f"1 + sum by ({RANK}) (rate(eagle_probe_spec_accepted_tokens_total{{{SEL}}}[{RI}]))"
+                f" / sum by ({RANK}) (rate(eagle_probe_spec_drafts_total{{{SEL}}}[{RI}]))",
+                "probe {{instance}} tp{{tp_rank}}", "A"),
+         target(f"max by ({RANK}) (sglang:spec_accept_length{{{SEL}}})", "sglang {{instance}} tp{{tp_rank}}", "B")],
+        grid=(0, y, 12, 8), unit="none", custom=custom, options=options))
+    custom, options = ts_options()
+    out.append(panel(
+        2, "Acceptance rate per draft position",
+        "Fraction of drafts whose token at 0-based draft position k was accepted: rate(accepted at k) / rate(drafts). "
+        "Position 0 near chance with later positions near 0 is the signature of a draft fed the wrong layers.",
+        [target(f"sum by ({RANK}, position) (rate(eagle_probe_spec_accepted_tokens_per_pos_total{{{SEL}}}[{RI}]))"
+                f" / on ({RANK}) group_left sum by ({RANK}) (rate(eagle_probe_spec_drafts_total{{{SEL}}}[{RI}]))",
+                "position {{position}} {{instance}} tp{{tp_rank}}")],
+        grid=(12, y, 12, 8), unit="percentunit", custom=dict(custom, axisSoftMin=0, axisSoftMax=1), options=options))
+    y += 8
+    out.append(panel(
+        3, "Distribution of accepted lengths",
+        "Accepted draft tokens per request and verify step (bonus excluded) over the dashboard's time range, "
+        "from the eagle_probe_spec_accepted_length histogram: bucket le=k counts steps that accepted exactly k.",
+        [target(f"sum by (le) (increase(eagle_probe_spec_accepted_length_bucket{{{SEL}}}[$__range]))",
+                "{{le}}", instant=True, fmt="heatmap")],
+        kind="bargauge", grid=(0, y, 12, 8), unit="short",
+        options={"orientation": "vertical", "displayMode": "basic", "showUnfilled": True,
+                 "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False}}))
+    custom, options = ts_options()
+    out.append(panel(
+        4, "Drafts and verify steps per second",
+        "Request-steps that proposed draft tokens, and verify batches, per second and rank: the denominators of the "
+        "acceptance panels (no drafts, no acceptance).",
+        [target(f"sum by ({RANK}) (rate(eagle_probe_spec_drafts_total{{{SEL}}}[{RI}]))", "drafts {{instance}} tp{{tp_rank}}", "A"),
+         target(f"sum by ({RANK}) (rate(eagle_probe_spec_verify_steps_total{{{SEL}}}[{RI}]))", "verify steps {{instance}} tp{{tp_rank}}", "B")],
+        grid=(12, y, 12, 8), unit="ops", custom=custom, options=options))
+    y += 8
+    out.append(row(101, "Capture configuration and shapes", y))
+    y += 1
+    out.append(panel(
+        5, "Captured layers per rank",
+        "The aux hidden-state slots each rank's target currently captures (series value 1; replaced configurations "
+        "drop to 0 and are hidden): capture index (residual stream entering that decoder layer), HuggingFace "
+        "hidden_states index, and the human label. Every rank should show the layers the draft was trained on.",
+        [target(f"max by ({RANK}, pp_rank, dp_rank, role, slot, capture_index, hf_index, label) "
+                f"(eagle_probe_capture_layer_info{{{SEL_ROLE}}}) == 1", instant=True, fmt="table")],
+        kind="table", grid=(0, y, 12, 8),
+        extra=table_options(hidden=("Time", "Value"), rename={"capture_index": "capture index", "hf_index": "hidden_states index"}),
+        options={"showHeader": True, "sortBy": [{"displayName": "tp_rank"}]}))
+    custom, options = ts_options()
+    out.append(panel(
+        6, "Aux width per rank",
+        "Packed aux hidden-state width per token the target produced (K x hidden size), the width entering the "
+        "draft, and the input width of the draft's fc. They must agree (target aux width = draft fc input).",
+        [target(f"max by ({RANK}, role, path) (eagle_probe_aux_width{{{SEL_ROLE}}})", "target aux {{instance}} tp{{tp_rank}} {{role}} {{path}}", "A"),
+         target(f"max by ({RANK}, path) (eagle_probe_draft_input_width{{{SEL}}})", "draft input {{instance}} tp{{tp_rank}} {{path}}", "B"),
+         target(f"max by ({RANK}) (eagle_probe_draft_fc_in_width{{{SEL}}})", "draft fc in {{instance}} tp{{tp_rank}}", "C")],
+        grid=(12, y, 12, 8), unit="short", custom=custom, options=options))
+    y += 8
+    custom, options = ts_options(stack=True)
+    out.append(panel(
+        7, "Forward paths (eager, CUDA graph, TBO)",
+        "Python-level target forwards per second by mode and path (eager steps; graph_capture runs while CUDA graphs "
+        "are captured, replays skip Python) and whether the batch ran Two-Batch-Overlap; draft forwards by whether "
+        "SGLang ran the draft's fc.",
+        [target(f"sum by (role, mode, path, tbo) (rate(eagle_probe_target_forwards_total{{{SEL_ROLE}}}[{RI}]))",
+                "{{role}} {{mode}} {{path}} tbo={{tbo}}", "A"),
+         target(f"sum by (mode, path, fc) (rate(eagle_probe_draft_forwards_total{{{SEL}}}[{RI}]))",
+                "draft {{mode}} {{path}} fc={{fc}}", "B")],
+        grid=(0, y, 12, 8), unit="ops", custom=custom, options=options))
+    custom, options = ts_options()
+    out.append(panel(
+        8, "Aux hidden states returned",
+        "Aux hidden states the target's last forward returned, per rank and path (should equal the number of "
+        "configured slots, normally 3).",
+        [target(f"max by ({RANK}, role, path) (eagle_probe_aux_states{{{SEL_ROLE}}})", "{{instance}} tp{{tp_rank}} {{role}} {{path}}")],
+        grid=(12, y, 12, 8), unit="short", custom=custom, options=options))
+    y += 8
+    out.append(row(102, "Problems", y))
+    y += 1
+    custom, options = ts_options(bars=True)
+    out.append(panel(
+        9, "Captures lost (Two-Batch-Overlap)",
+        "Capture slots that fell in the layers Two-Batch-Overlap runs (which never capture): total since each "
+        "process started, per rank. Anything above 0 means the draft got fewer aux states on TBO batches.",
+        [target(f"sum by ({RANK}, role, mode) (eagle_probe_captures_lost_total{{{SEL_ROLE}}})", "{{instance}} tp{{tp_rank}} {{role}} {{mode}}")],
+        grid=(0, y, 8, 8), unit="short", custom=custom, options=options))
+    out.append(panel(
+        10, "Findings by code",
+        "Findings the probe emitted since each process started, by code, severity and role (see the README's "
+        "Findings table; the JSON log line eagle_probe.finding carries the message and evidence).",
+        [target(f"sum by ({RANK}, code, severity, role) (eagle_probe_findings_total{{{SEL_ROLE}}})", instant=True, fmt="table")],
+        kind="table", grid=(8, y, 8, 8), extra=table_options(rename={"Value": "count"}),
+        options={"showHeader": True, "sortBy": [{"displayName": "count", "desc": True}]}))
+    custom, options = ts_options(bars=True)
+    out.append(panel(
+        11, "Probe internal errors",
+        "Exceptions inside the probe, by site (never raised into SGLang; the first per site is logged as "
+        "eagle_probe.internal_error). Should stay at 0.",
+        [target(f"sum by ({RANK}, where) (eagle_probe_internal_errors_total{{{SEL}}})", "{{instance}} tp{{tp_rank}} {{where}}")],
+        grid=(16, y, 8, 8), unit="short", custom=custom, options=options))
+    y += 8
+    out.append(panel(
+        12, "Probe per rank",
+        "Probe and SGLang versions and the capture-id rule in effect, per rank (one row per live process).",
+        [target(f"max by ({RANK}, pp_rank, dp_rank, probe_version, sglang_version, rules) (eagle_probe_info{{{SEL}}})", instant=True, fmt="table", ref="A")],
+        kind="table", grid=(0, y, 24, 6), extra=table_options(hidden=("Time", "Value")), options={"showHeader": True}))
+    return out
+
+
+def variables():
+    def query_var(name, label, query):
+        return {"name": name, "label": label, "type": "query", "datasource": DS,
+                "query": {"query": query, "refId": f"PrometheusVariableQueryEditor-VariableQuery"},
+                "definition": query, "refresh": 2, "includeAll": True, "multi": True, "allValue": ".*",
+                "current": {"selected": True, "text": ["All"], "value": ["$__all"]}, "sort": 3, "regex": "",
+                "hide": 0, "options": []}
+
+    return [
+        {"name": "datasource", "label": "Prometheus", "type": "datasource", "query": "prometheus", "refresh": 1,
+         "current": {}, "hide": 0, "includeAll": False, "multi": False, "options": [], "regex": ""},
+        query_var("instance", "instance", "label_values(eagle_probe_info, instance)"),
+        query_var("tp_rank", "TP rank", 'label_values(eagle_probe_info{instance=~"$instance"}, tp_rank)'),
+        query_var("role", "role", 'label_values(eagle_probe_target_forwards_total{instance=~"$instance"}, role)'),
+    ]
+
+
+def dashboard():
+    return {
+        "uid": UID,
+        "title": "eagle-probe: EAGLE-3 speculative decoding",
+        "description": "SGLang EAGLE-3 serving seen by eagle-probe: acceptance, captured layers per rank, shapes, "
+                       "forward paths, findings. Generated by dashboards/generate.py; do not edit by hand.",
+        "tags": ["sglang", "eagle3", "speculative-decoding", "eagle-probe"],
+        "editable": True,
+        "graphTooltip": 1,
+        "schemaVersion": 39,
+        "version": 1,
+        "time": {"from": "now-1h", "to": "now"},
+        "refresh": "30s",
+        "timezone": "browser",
+        "fiscalYearStartMonth": 0,
+        "liveNow": False,
+        "links": [],
+        "annotations": {"list": [{"builtIn": 1, "datasource": {"type": "grafana", "uid": "-- Grafana --"},
+                                  "enable": True, "hide": True, "iconColor": "rgba(0, 211, 255, 1)",
+                                  "name": "Annotations & Alerts", "type": "dashboard"}]},
+        "templating": {"list": variables()},
+        "panels": panels(),
+    }
+
+
+# --------------------------------------------------------------------------------------------- alerts
+
+def alerts():
+    """[(name, expr, for, severity, summary, description, signal)]; `signal` is the expression without its
+    threshold (what the tests require to return data from a real run)."""
+    drafts = "sum by (instance, tp_rank) (rate(eagle_probe_spec_drafts_total[5m]))"
+    pos0 = ('sum by (instance, tp_rank) (rate(eagle_probe_spec_accepted_tokens_per_pos_total{position="0"}[5m]))'
+            f" / {drafts}")
+    codes = "|".join(MISMATCH_CODES)
+    mismatch = f'sum by (instance, tp_rank, role, code) (eagle_probe_findings_total{{code=~"{codes}"}})'
+    lost = "sum by (instance, tp_rank, role, mode) (eagle_probe_captures_lost_total)"
+    errors = "sum by (instance, tp_rank, where) (eagle_probe_internal_errors_total)"
+    return [
+        dict(alert="EagleProbeAcceptanceCollapse", expr=f"({pos0}) < {COLLAPSE_THRESHOLD}\nand on (instance, tp_rank)\n({drafts}) > 0",
+             signal=pos0, **{"for": "10m"}, severity="critical",
+             summary="EAGLE-3 acceptance collapsed on {{ $labels.instance }} tp_rank {{ $labels.tp_rank }}",
+             description=f"Position-0 acceptance rate is {{{{ $value | humanizePercentage }}}} (under {COLLAPSE_THRESHOLD:.0%}) "
+                         "for 10 minutes while drafts are being made. Check the captured layers per rank and "
+                         "the findings (layer_mismatch, fc_width_mismatch, tbo_capture_lost)."),
+        dict(alert="EagleProbeLayerOrShapeMismatch", expr=f"{mismatch} > 0", signal=mismatch, **{"for": "0m"},
+             severity="critical",
+             summary="eagle-probe finding {{ $labels.code }} on {{ $labels.instance }} tp_rank {{ $labels.tp_rank }}",
+             description="The probe found that the draft is fed other layers or shapes than it expects "
+                         "({{ $labels.code }}, role {{ $labels.role }}). The eagle_probe.finding log line has the "
+                         "message and evidence; `eagle-probe summarize` prints it per rank."),
+        dict(alert="EagleProbeCapturesLost", expr=f"{lost} > 0", signal=lost, **{"for": "0m"}, severity="critical",
+             summary="Aux captures lost to Two-Batch-Overlap on {{ $labels.instance }} tp_rank {{ $labels.tp_rank }}",
+             description="{{ $value }} capture slots fell in the layers Two-Batch-Overlap runs ({{ $labels.mode }} "
+                         "batches); those batches feed the draft fewer aux hidden states."),
+        dict(alert="EagleProbeInternalErrors", expr=f"{errors} > 0", signal=errors, **{"for": "0m"}, severity="warning",
+             summary="eagle-probe internal errors at {{ $labels.where }} on {{ $labels.instance }}",
+             description="{{ $value }} exceptions inside the probe at {{ $labels.where }} (never raised into SGLang; "
+                         "the probe's data for that site may be missing). See the eagle_probe.internal_error log line."),
+    ]
+
+
+def _yaml_str(value):
+    return json.dumps(value)  # a JSON string is a valid YAML double-quoted scalar
+
+
+def alerts_yaml():
+    lines = ["# Prometheus alert rules for eagle-probe. Generated by dashboards/generate.py; do not edit by hand.",
+             "groups:", "  - name: eagle-probe", "    rules:"]
+    for a in alerts():
+        lines.append(f"      - alert: {a['alert']}")
+        lines.append("        expr: |-")
+        lines += [f"          {line}" for line in a["expr"].splitlines()]
+        lines.append(f"        for: {a['for']}")
+        lines.append("        labels:")
+        lines.append(f"          severity: {a['severity']}")
+        lines.append("        annotations:")
+        lines.append(f"          summary: {_yaml_str(a['summary'])}")
+        lines.append(f"          description: {_yaml_str(a['description'])}")
+    return "\n".join(lines) + "\n"
+
+
+def dashboard_json():
+    return json.dumps(dashboard(), indent=2, sort_keys=False) + "\n"
+
+
+def outputs():
+    return {DASHBOARD_PATH: dashboard_json(), ALERTS_PATH: alerts_yaml()}
+
+
+def main(argv):
+    stale = []
+    for path, text in outputs().items():
+        current = open(path).read() if os.path.exists(path) else None
+        if current != text:
+            stale.append(path)
+            if "--check" not in argv:
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                with open(path, "w") as f:
+                    f.write(text)
+    if "--check" in argv:
+        for path in stale:
+            print(f"{path} differs from dashboards/generate.py's output; run python dashboards/generate.py")
+        return 1 if stale else 0
+    for path in stale:
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
