@@ -11,7 +11,9 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 def step_counts(accepted_per_request: Sequence[int], positions: int) -> Tuple[Dict[int, int], List[int]]:
     """One verify step aggregated: (requests per accepted length, accepted count per draft position)."""
-    lengths = Counter(min(max(int(a), 0), positions) for a in accepted_per_request)
+    lengths = Counter()
+    for length, count in Counter(accepted_per_request).items():  # counted in C; clamp the few distinct values
+        lengths[min(max(int(length), 0), positions)] += count
     per_position = [sum(count for length, count in lengths.items() if length > k) for k in range(positions)]
     return lengths, per_position
 

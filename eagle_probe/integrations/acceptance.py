@@ -33,22 +33,30 @@ def _field(target: str, default: str) -> str:
     return field
 
 
+_positions = None  # a server's speculative steps never change: read once
+
+
 def _draft_positions(instance, result=None) -> int:
     """Draft positions along the chain: the server's speculative steps."""
+    global _positions
+    if _positions is not None:
+        return _positions
     for owner in (instance, getattr(instance, "server_args", None)):
         steps = getattr(owner, "speculative_num_steps", None)
         if isinstance(steps, int):
+            _positions = steps
             return steps
     context = sys.modules.get("sglang.srt.runtime_context")
     try:
-        return int(context.get_spec().speculative_num_steps)
+        _positions = int(context.get_spec().speculative_num_steps)
+        return _positions
     except Exception:
         # A chain proposes num_draft_tokens - 1 tokens; the last is the bonus.
         return int(result.speculative_num_draft_tokens) - int(getattr(result, "num_non_draft_tokens_per_req", 1))
 
 
 def _record(accepted, positions):
-    STATE.recorder.verify_step(VerifyStep(tuple(int(n) for n in accepted), positions))
+    STATE.recorder.verify_step(VerifyStep(tuple(accepted), positions))
 
 
 def eagle_worker_verify_wrapper(wrapped, instance, args, kwargs):
