@@ -20,7 +20,7 @@ def install(env=None) -> bool:
     A bad EAGLE_PROBE_* value is logged as one error event and leaves the probe off; it never raises.
     """
     global _atexit_registered
-    from . import ranks, versions
+    from . import events, ranks, versions
     from .config import ConfigError, inner_forward_enabled, load_config
     from .integrations import ALL
     from .integrations.base import PATCHER
@@ -46,7 +46,7 @@ def install(env=None) -> bool:
             from .compat import off_summary
 
             off = off_summary(sglang_version)
-            logs.emit("warning", "eagle_probe.unsupported_version", sglang_version=sglang_version,
+            logs.emit("warning", events.UNSUPPORTED_VERSION, sglang_version=sglang_version,
                       supported=versions.SUPPORTED_RANGE_TEXT, off=off,
                       message=f"SGLang {sglang_version} is outside the supported range "
                               f"{versions.SUPPORTED_RANGE_TEXT}; off: {off}")

@@ -17,18 +17,12 @@ from .analysis.layers import apply_capture_rule, capture_label, explain_mapping,
 from .config import ProbeConfig
 from .observations import CaptureConfigured, DraftForward, DraftLoaded, Finding, Ranks, TargetForward, VerifyStep
 from .versions import VersionRules
+from .events import (ACCEPTANCE as EV_ACCEPTANCE, CAPTURE_CONFIGURED as EV_CAPTURE_CONFIGURED,
+                     CONFIG_ERROR as EV_CONFIG_ERROR, DRAFT_FORWARD as EV_DRAFT_FORWARD,
+                     DRAFT_LOADED as EV_DRAFT_LOADED, FINDING as EV_FINDING, INTERNAL_ERROR as EV_INTERNAL_ERROR,
+                     INTEGRATION_SKIPPED as EV_SKIPPED, STARTED as EV_STARTED, SUMMARY as EV_SUMMARY,
+                     TARGET_FORWARD as EV_TARGET_FORWARD)
 
-EV_STARTED = "eagle_probe.started"
-EV_CONFIG_ERROR = "eagle_probe.config_error"
-EV_SKIPPED = "eagle_probe.integration.skipped"
-EV_CAPTURE_CONFIGURED = "eagle_probe.capture.configured"
-EV_TARGET_FORWARD = "eagle_probe.target.forward"
-EV_FINDING = "eagle_probe.finding"
-EV_SUMMARY = "eagle_probe.summary"
-EV_INTERNAL_ERROR = "eagle_probe.internal_error"
-EV_DRAFT_LOADED = "eagle_probe.draft.loaded"
-EV_DRAFT_FORWARD = "eagle_probe.draft.forward"
-EV_ACCEPTANCE = "eagle_probe.acceptance"
 SELF_FED_DRAFT_MODES = ("DECODE", "IDLE")
 
 

@@ -6,7 +6,9 @@ build_report(events) returns one JSON-ready dict; render_text and html_report.re
 import json
 from collections import Counter, defaultdict
 
-NOTICE_EVENTS = ("eagle_probe.config_error", "eagle_probe.unsupported_version", "eagle_probe.integration.skipped")
+from . import events as names
+
+NOTICE_EVENTS = (names.CONFIG_ERROR, names.UNSUPPORTED_VERSION, names.INTEGRATION_SKIPPED)
 
 
 def _rank_key(event: dict):
@@ -113,21 +115,21 @@ def build_report(events: list) -> dict:
             notices.append(event)
             continue
         entry = raw[_rank_key(event)]
-        if name == "eagle_probe.started":
+        if name == names.STARTED:
             entry["started"] = event
-        elif name == "eagle_probe.capture.configured":
+        elif name == names.CAPTURE_CONFIGURED:
             entry["capture"].append(event)
-        elif name == "eagle_probe.target.forward":
+        elif name == names.TARGET_FORWARD:
             entry["forwards"].append(event)
-        elif name in ("eagle_probe.draft.loaded", "eagle_probe.draft.forward"):
+        elif name in (names.DRAFT_LOADED, names.DRAFT_FORWARD):
             entry["draft"].append(event)
-        elif name == "eagle_probe.finding":
+        elif name == names.FINDING:
             entry["findings"].append(event)
-        elif name == "eagle_probe.summary":
+        elif name == names.SUMMARY:
             entry["summary"] = event
-        elif name == "eagle_probe.internal_error":
+        elif name == names.INTERNAL_ERROR:
             entry["errors"].append(event)
-        elif name == "eagle_probe.acceptance":
+        elif name == names.ACCEPTANCE:
             entry["acceptance"].append(event)
     ranks = []
     for key in sorted(raw, key=_sort_key):
@@ -153,7 +155,7 @@ def build_report(events: list) -> dict:
             "findings": _group_findings(entry["findings"]), "summary": entry["summary"],
             "errors": entry["errors"], "acceptance": _acceptance(entry["acceptance"]),
         })
-    all_findings = [e for e in events if e.get("event") == "eagle_probe.finding"]
+    all_findings = [e for e in events if e.get("event") == names.FINDING]
     return {"ranks": ranks, "notices": notices, "findings": _group_findings(all_findings),
             "events": len(events)}
 

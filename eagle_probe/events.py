@@ -1,0 +1,15 @@
+"""The stable log event names (README: "Log events"), shared by the recorder that writes them and the
+commands that read them back."""
+
+STARTED = "eagle_probe.started"
+CONFIG_ERROR = "eagle_probe.config_error"
+UNSUPPORTED_VERSION = "eagle_probe.unsupported_version"
+INTEGRATION_SKIPPED = "eagle_probe.integration.skipped"
+CAPTURE_CONFIGURED = "eagle_probe.capture.configured"
+TARGET_FORWARD = "eagle_probe.target.forward"
+DRAFT_LOADED = "eagle_probe.draft.loaded"
+DRAFT_FORWARD = "eagle_probe.draft.forward"
+ACCEPTANCE = "eagle_probe.acceptance"
+FINDING = "eagle_probe.finding"
+SUMMARY = "eagle_probe.summary"
+INTERNAL_ERROR = "eagle_probe.internal_error"
