@@ -21,15 +21,21 @@ def off_summary(sglang_version: Optional[str]) -> Optional[str]:
     return f"all integrations ({names}): no SGLang function is wrapped, SGLang runs unchanged"
 
 
-def _target_status(integration, target, rules, supported, import_modules):
+def target_expected(target, rules) -> bool:
+    """Whether the version table says this patch target exists in releases under `rules`."""
     from .contract import version_specific_targets
+
+    if target.module in rules.absent_modules:
+        return False
+    rows = version_specific_targets().get(f"{target.module}.{target.qualname}")
+    return rows is None or rules in rows
+
+
+def _target_status(integration, target, rules, supported, import_modules):
     from .integrations.base import resolve_target
 
     dotted = f"{target.module}.{target.qualname}"
-    expected = target.module not in rules.absent_modules
-    rows = version_specific_targets().get(dotted)
-    if rows is not None and rules not in rows:
-        expected = False
+    expected = target_expected(target, rules)
     entry = {"integration": integration.name, "target": dotted, "expected": expected,
              "inner_forward": target.inner_forward}
     if not supported:

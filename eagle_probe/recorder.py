@@ -92,9 +92,10 @@ class Recorder:
 
     # -- inputs --------------------------------------------------------------------------------
 
-    def integration_skipped(self, integration: str, target: str, reason: str):
-        self.logs.emit("warning", EV_SKIPPED, integration=integration, target=target, reason=reason,
-                       sglang_version=self.sglang_version)
+    def integration_skipped(self, integration: str, target: str, reason: str, expected: bool = True):
+        """A missing target the version table expects is a warning; one it says this release lacks is info."""
+        self.logs.emit("warning" if expected else "info", EV_SKIPPED, integration=integration, target=target,
+                       reason=reason, expected=expected, sglang_version=self.sglang_version)
         if self.metrics is not None:
             self._metric("integration_skipped", integration, target)
         else:

@@ -74,8 +74,13 @@ class Patcher:
             owner, attr, original, owned = resolve_target(target, module)
         except (AttributeError, KeyError) as exc:
             if STATE.recorder is not None:
-                STATE.recorder.integration_skipped(integration.name, f"{target.module}.{target.qualname}",
-                                                   f"not found in installed SGLang: {exc}")
+                from ..compat import target_expected
+
+                expected = target_expected(target, STATE.recorder.rules)
+                STATE.recorder.integration_skipped(
+                    integration.name, f"{target.module}.{target.qualname}",
+                    f"not found in installed SGLang: {exc}" + ("" if expected else "; the version table says so"),
+                    expected=expected)
             return
         proxy = wrapt.FunctionWrapper(original, target.wrapper)
         setattr(owner, attr, proxy)
