@@ -77,10 +77,17 @@ class Recorder:
                 self.metrics = None
                 self.internal_error("metrics.start", exc)
         self._pending_skips.clear()
-        self.logs.emit("info", EV_STARTED, probe_version=__version__, sglang_version=self.sglang_version,
+        self._emit("info", EV_STARTED, probe_version=__version__, sglang_version=self.sglang_version,
                        rules=self.rules.describe(), metrics_port=getattr(self.metrics, "port", None),
                        metrics_multiprocess=getattr(self.metrics, "multiprocess", None))
         return True
+
+    def _emit(self, level: str, event: str, **fields):
+        """A log line; a failing log sink (full disk, unusable log dir) is counted, and metrics carry on."""
+        try:
+            self.logs.emit(level, event, **fields)
+        except Exception as exc:
+            self.internal_error("logs.emit", exc)
 
     def _metric(self, method: str, *args):
         if self.metrics is None:
@@ -94,7 +101,7 @@ class Recorder:
 
     def integration_skipped(self, integration: str, target: str, reason: str, expected: bool = True):
         """A missing target the version table expects is a warning; one it says this release lacks is info."""
-        self.logs.emit("warning" if expected else "info", EV_SKIPPED, integration=integration, target=target,
+        self._emit("warning" if expected else "info", EV_SKIPPED, integration=integration, target=target,
                        reason=reason, expected=expected, sglang_version=self.sglang_version)
         if self.metrics is not None:
             self._metric("integration_skipped", integration, target)
@@ -119,7 +126,7 @@ class Recorder:
         self._ensure_ranks()
         slots = [(slot, index, index, capture_label(index, obs.num_layers))
                  for slot, index in enumerate(obs.layers_to_capture)]
-        self.logs.emit(
+        self._emit(
             "info", EV_CAPTURE_CONFIGURED, model_class=obs.model_class, role=obs.role,
             requested_ids=None if obs.requested_ids is None else list(obs.requested_ids),
             layers_to_capture=list(obs.layers_to_capture),
@@ -166,7 +173,7 @@ class Recorder:
         self._ensure_ranks()
         self._draft = obs
         fields = {k: (list(v) if isinstance(v, tuple) else v) for k, v in obs.__dict__.items()}
-        self.logs.emit("info", EV_DRAFT_LOADED, role="draft", **fields)
+        self._emit("info", EV_DRAFT_LOADED, role="draft", **fields)
         if obs.dropped:
             self.finding(rules_mod.draft_weights_dropped_finding(obs.model_class, obs.dropped), "draft")
         replaced = rules_mod.draft_replaced_finding(obs)
@@ -181,7 +188,7 @@ class Recorder:
         signature = obs.signature()
         if self._signatures.get(key) != signature:
             self._signatures[key] = signature
-            self.logs.emit("info", EV_DRAFT_FORWARD, role="draft", model_class=obs.model_class, mode=obs.mode,
+            self._emit("info", EV_DRAFT_FORWARD, role="draft", model_class=obs.model_class, mode=obs.mode,
                            path=obs.path, aux_width=obs.aux_width, embed_width=obs.embed_width, fc_in=obs.fc_in,
                            fc_ran=obs.fc_ran, num_aux=obs.num_aux, target_hidden_size=obs.target_hidden_size,
                            tokens=obs.tokens, error=obs.error)
@@ -218,7 +225,7 @@ class Recorder:
                           observed_over_expected=window.mean_length() / expected)
         fields["total"] = {k: self._total.as_fields()[k] for k in
                            ("steps", "drafts", "accepted_tokens", "mean_accept_length", "per_position_rate")}
-        self.logs.emit("info", EV_ACCEPTANCE, role="target", **fields)
+        self._emit("info", EV_ACCEPTANCE, role="target", **fields)
         if expected is not None and window.drafts >= self.config.collapse_min_drafts \
                 and window.mean_length() / expected < self.config.collapse_ratio:
             seen = sorted({code for code, _, _ in self._seen_findings if code != rules_mod.ACCEPTANCE_COLLAPSE})
@@ -250,7 +257,7 @@ class Recorder:
             return
         self._seen_findings.add(key)
         self._findings_total[finding.code] += 1
-        self.logs.emit("warning" if finding.severity != "error" else "error", EV_FINDING, code=finding.code,
+        self._emit("warning" if finding.severity != "error" else "error", EV_FINDING, code=finding.code,
                        severity=finding.severity, role=role, message=finding.message,
                        evidence=finding.evidence_dict())
         self._metric("finding", finding, role)
@@ -266,7 +273,7 @@ class Recorder:
             self.finding(finding, key[0])
 
     def _log_forward(self, obs: TargetForward):
-        self.logs.emit(
+        self._emit(
             "info", EV_TARGET_FORWARD, model_class=obs.model_class, role=obs.role,
             mode=obs.mode, path=obs.path, capturing=obs.capturing, can_run_tbo=obs.can_run_tbo,
             layers_to_capture=list(obs.layers_to_capture),
@@ -281,7 +288,7 @@ class Recorder:
         if not force and now - self._last_summary < self.config.summary_interval_s:
             return
         self._last_summary = now
-        self.logs.emit(
+        self._emit(
             "info", EV_SUMMARY,
             forwards=[{"role": r, "mode": m, "path": p, "tbo": t, "count": c}
                       for (r, m, p, t), c in sorted(self._counts.items())],

@@ -97,9 +97,9 @@ class RankWorkers:
         self.collector_port = free_port()
         self._server = None
 
-    def start(self, rank, *flags, mp_dir=None, node_rank=0, metrics_port=None):
+    def start(self, rank, *flags, mp_dir=None, node_rank=0, metrics_port=None, log_dir=None):
         env = dict(os.environ)
-        env.update(PROMETHEUS_MULTIPROC_DIR=mp_dir or self.mp_dir, EAGLE_PROBE_LOG_DIR=self.logs,
+        env.update(PROMETHEUS_MULTIPROC_DIR=mp_dir or self.mp_dir, EAGLE_PROBE_LOG_DIR=log_dir or self.logs,
                    PYTHONPATH=os.pathsep.join([ROOT, env.get("PYTHONPATH", "")]), CUDA_VISIBLE_DEVICES="")
         if metrics_port is not None:
             env["EAGLE_PROBE_METRICS_PORT"] = str(metrics_port)
@@ -239,7 +239,12 @@ def stack(prom_bins, tmp_path_factory):
     workers = RankWorkers(root)
     workers.start(0)
     workers.start(1, "--moe-tbo")
-    workers.start(2, "--unreachable", mp_dir=workers.node1_dir, node_rank=1, metrics_port=workers.exporter_base - 2)
+    # Rank 2's log directory cannot be created (its parent is a file): a real failure inside the probe, which it
+    # counts as internal errors while its metrics carry on.
+    blocker = os.path.join(root, "not-a-directory")
+    open(blocker, "w").close()
+    workers.start(2, "--unreachable", mp_dir=workers.node1_dir, node_rank=1, metrics_port=workers.exporter_base - 2,
+                  log_dir=os.path.join(blocker, "logs"))
     # exporter port = EAGLE_PROBE_METRICS_PORT + tp_rank
     workers.serve_collector()
 

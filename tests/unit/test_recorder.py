@@ -164,3 +164,18 @@ def test_skips_before_ranks_are_exported_once_metrics_start():
     assert registry.get_sample_value("eagle_probe_integration_skipped_total",
                                      dict(integration="deepseek_v2", target="m.Missing.forward",
                                           tp_rank="1", pp_rank="0", dp_rank="")) == 1
+
+
+def test_failing_log_sink_is_counted_and_metrics_carry_on():
+    recorder, stream, registry, _ = make()
+
+    def unusable(*args, **kwargs):
+        raise OSError("log dir unusable")
+
+    recorder.logs.emit = unusable
+    lost = forward(can_run_tbo=True, normal_range=(0, 1), tbo_range=(1, 6), lost=(2, 4, 5))
+    recorder.target_forward(lost)
+    rank = dict(tp_rank="1", pp_rank="0", dp_rank="")
+    assert registry.get_sample_value("eagle_probe_findings_total",
+                                     dict(code="tbo_capture_lost", severity="error", role="target", **rank)) == 1
+    assert registry.get_sample_value("eagle_probe_internal_errors_total", dict(where="logs.emit", **rank)) >= 2
