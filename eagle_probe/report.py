@@ -105,6 +105,13 @@ def _distinct_forwards(forwards):
     return list(out.values())
 
 
+# Where each event goes in a rank's entry: the latest one, or all of them in order.
+_LATEST = {names.STARTED: "started", names.SUMMARY: "summary"}
+_LISTED = {names.CAPTURE_CONFIGURED: "capture", names.TARGET_FORWARD: "forwards", names.DRAFT_LOADED: "draft",
+           names.DRAFT_FORWARD: "draft", names.FINDING: "findings", names.INTERNAL_ERROR: "errors",
+           names.ACCEPTANCE: "acceptance"}
+
+
 def build_report(events: list) -> dict:
     raw = defaultdict(lambda: {"started": None, "capture": [], "forwards": [], "draft": [], "findings": [],
                                "summary": None, "errors": [], "acceptance": []})
@@ -115,22 +122,10 @@ def build_report(events: list) -> dict:
             notices.append(event)
             continue
         entry = raw[_rank_key(event)]
-        if name == names.STARTED:
-            entry["started"] = event
-        elif name == names.CAPTURE_CONFIGURED:
-            entry["capture"].append(event)
-        elif name == names.TARGET_FORWARD:
-            entry["forwards"].append(event)
-        elif name in (names.DRAFT_LOADED, names.DRAFT_FORWARD):
-            entry["draft"].append(event)
-        elif name == names.FINDING:
-            entry["findings"].append(event)
-        elif name == names.SUMMARY:
-            entry["summary"] = event
-        elif name == names.INTERNAL_ERROR:
-            entry["errors"].append(event)
-        elif name == names.ACCEPTANCE:
-            entry["acceptance"].append(event)
+        if name in _LATEST:
+            entry[_LATEST[name]] = event
+        elif name in _LISTED:
+            entry[_LISTED[name]].append(event)
     ranks = []
     for key in sorted(raw, key=_sort_key):
         entry = raw[key]
