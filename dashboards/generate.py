@@ -24,6 +24,9 @@ UID = "eagle-probe-eagle3"
 DS = {"type": "prometheus", "uid": "${datasource}"}
 SEL = 'instance=~"$instance", tp_rank=~"$tp_rank"'
 SEL_ROLE = SEL + ', role=~"$role"'
+# SGLang's own gauge under both names: prometheus_client's OpenMetrics output (what Prometheus asks for) writes the
+# sample as sglang_spec_accept_length, the classic text format as sglang:spec_accept_length.
+SGLANG_ACCEPT_LENGTH = "sglang:spec_accept_length|sglang_spec_accept_length"
 RANK = "instance, tp_rank"
 RI = "$__rate_interval"
 
@@ -86,11 +89,13 @@ def panels():
         1, "Mean acceptance length",
         "Tokens per request and verify step, bonus token included: 1 + rate(accepted draft tokens) / rate(drafts) "
         "(vLLM's definition), per rank, from the probe; SGLang's own sglang:spec_accept_length gauge (average over "
-        "the last --decode-log-interval steps, bonus included) beside it when --enable-metrics is on.",
+        "the last --decode-log-interval steps, bonus included) beside it when --enable-metrics is on (stored as "
+        "sglang_spec_accept_length when Prometheus scrapes OpenMetrics, which turns ':' into '_').",
         [target(f"1 + sum by ({RANK}) (rate(eagle_probe_spec_accepted_tokens_total{{{SEL}}}[{RI}]))"
                 f" / sum by ({RANK}) (rate(eagle_probe_spec_drafts_total{{{SEL}}}[{RI}]))",
                 "probe {{instance}} tp{{tp_rank}}", "A"),
-         target(f"max by ({RANK}) (sglang:spec_accept_length{{{SEL}}})", "sglang {{instance}} tp{{tp_rank}}", "B")],
+         target(f"max by ({RANK}) ({{__name__=~\"{SGLANG_ACCEPT_LENGTH}\", {SEL}}})",
+                "sglang {{instance}} tp{{tp_rank}}", "B")],
         grid=(0, y, 12, 8), unit="none", custom=custom, options=options))
     custom, options = ts_options()
     out.append(panel(

@@ -173,7 +173,9 @@ class Prometheus:
         self.url = f"http://127.0.0.1:{self.port}"
         self.config_path = os.path.join(root, "prometheus.yml")
         rules = os.path.join(ROOT, "dashboards", "prometheus", "alerts.yml")
-        lines = ["global:", "  scrape_interval: 1s", "  scrape_timeout: 1s", "  evaluation_interval: 1s",
+        # SGLang's /metrics can take over a second on a busy CPU; a timed-out scrape marks every series of that
+        # target stale, and instant queries (e.g. sglang:spec_accept_length) then return nothing.
+        lines = ["global:", "  scrape_interval: 2s", "  scrape_timeout: 2s", "  evaluation_interval: 1s",
                  "rule_files:", f"  - {json.dumps(rules)}", "scrape_configs:"]
         for name, targets in jobs.items():
             lines += [f"  - job_name: {json.dumps(name)}", "    static_configs:",
@@ -280,11 +282,11 @@ def stack(prom_bins, tmp_path_factory):
             "sglang": [server_target], "ranks-multiproc": [collector_target], "eagle-probe-exporter": [exporter_target]})
         prometheus.start()
         wait_for(prometheus.targets_up, 60, "all scrape targets up")
-        time.sleep(3)  # a few scrapes before the traffic, so counter increases fall inside rate windows
+        time.sleep(5)  # a few scrapes before the traffic, so counter increases fall inside rate windows
         t1 = time.monotonic()
         outputs = [server.generate_raw(p, max_new_tokens=n) for p, n in prompts]
         timings["requests_s"] = time.monotonic() - t1
-        time.sleep(4)
+        time.sleep(6)
         yield dict(root=root, server=server, workers=workers, prometheus=prometheus, promtool=prom_bins[1],
                    outputs=outputs, server_kind=SERVER_KIND, timings=timings,
                    instances=dict(server=server_target, collector=collector_target, exporter=exporter_target))

@@ -157,9 +157,9 @@ def test_variable_queries_return_values(stack):
     assert {"0", "1", "2"} <= set(ranks)
 
 
-# A series a run may legitimately lack: SGLang's own gauge ("beside it when present"). Its query must still parse
-# and evaluate, and return data whenever Prometheus holds the series.
-ABSENT_OK = ("sglang:spec_accept_length",)
+# Series a run may legitimately lack (none at present): their queries must still parse and evaluate, and return
+# data whenever Prometheus holds the series.
+ABSENT_OK = ()
 
 
 def absent_ok(prometheus, expr):
@@ -209,6 +209,9 @@ def test_acceptance_values_match_sglang(stack):
     accepted = float(prometheus.query(f'sum(eagle_probe_spec_accepted_tokens_total{{instance="{inst}"}})')["data"]["result"][0]["value"][1])
     correct = sum(o["meta_info"]["spec_num_correct_drafts"] for o in stack["outputs"])
     assert drafts > 0 and accepted >= correct  # SGLang's warm-up request adds to the probe's totals
+    # SGLang's own gauge, shown beside the probe's mean acceptance length (bonus included: >= 1)
+    own = prometheus.query(f'max({{__name__=~"{generate.SGLANG_ACCEPT_LENGTH}", instance="{inst}"}})')["data"]["result"]
+    assert own and float(own[0]["value"][1]) >= 1.0
 
 
 def test_every_alert_expression(stack):
