@@ -223,7 +223,8 @@ class Recorder:
             expected = expected_mean_length(self.config.draft_accuracy, window.positions)
             fields.update(expected_mean_accept_length=expected,
                           observed_over_expected=window.mean_length() / expected)
-        fields["total"] = {k: self._total.as_fields()[k] for k in
+        total = self._total.as_fields()
+        fields["total"] = {k: total[k] for k in
                            ("steps", "drafts", "accepted_tokens", "mean_accept_length", "per_position_rate")}
         self._emit("info", EV_ACCEPTANCE, role="target", **fields)
         if expected is not None and window.drafts >= self.config.collapse_min_drafts \
