@@ -137,3 +137,4 @@ class VerifyStep(NamedTuple):
 
     accepted: Tuple[int, ...]
     positions: int  # draft positions along the chain (speculative steps)
+    source: str = ""  # the SGLang function whose result was read (the release's acceptance hook)

@@ -55,6 +55,7 @@ class Recorder:
         self._window = AcceptanceWindow()  # since the last acceptance event
         self._total = AcceptanceWindow()  # since start
         self._last_acceptance = clock()
+        self._acceptance_source = ""  # the SGLang function acceptance is read from
 
     # -- process context ---------------------------------------------------------------------
 
@@ -205,6 +206,7 @@ class Recorder:
 
     def verify_step(self, step: VerifyStep):
         self._ensure_ranks()
+        self._acceptance_source = step.source
         lengths, per_position = step_counts(step.accepted, step.positions)
         self._window.add_counts(lengths, per_position, step.positions)
         self._total.add_counts(lengths, per_position, step.positions)
@@ -218,6 +220,7 @@ class Recorder:
         if not window.drafts:
             return
         fields = window.as_fields()
+        fields["read_at"] = self._acceptance_source
         expected = None
         if self.config.draft_accuracy is not None:
             expected = expected_mean_length(self.config.draft_accuracy, window.positions)

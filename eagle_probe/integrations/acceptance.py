@@ -19,8 +19,10 @@ from ..state import STATE
 from .base import Integration, PatchTarget
 
 V1_VERIFY = ("sglang.srt.speculative.eagle_worker", "EAGLEWorker.verify")
+_V1_TARGET = ".".join(V1_VERIFY)
 OVERLAP_MIXIN = "sglang.srt.managers.scheduler_output_processor_mixin"
 BATCH_RESULT_PROCESSOR = "sglang.srt.managers.scheduler_components.batch_result_processor"
+_V2_TARGET = f"{BATCH_RESULT_PROCESSOR}.SchedulerBatchResultProcessor._resolve_spec_v2_tokens"
 
 _fields = {}  # target -> field name from the version table (resolved once)
 
@@ -55,16 +57,16 @@ def _draft_positions(instance, result=None) -> int:
         return int(result.speculative_num_draft_tokens) - int(getattr(result, "num_non_draft_tokens_per_req", 1))
 
 
-def _record(accepted, positions):
-    STATE.recorder.verify_step(VerifyStep(tuple(accepted), positions))
+def _record(accepted, positions, source):
+    STATE.recorder.verify_step(VerifyStep(tuple(accepted), positions, source))
 
 
 def eagle_worker_verify_wrapper(wrapped, instance, args, kwargs):
     output = wrapped(*args, **kwargs)
     if STATE.active:
         try:
-            field = _field(".".join(V1_VERIFY), "accept_length_per_req_cpu")
-            _record(getattr(output[1], field), _draft_positions(instance))
+            field = _field(_V1_TARGET, "accept_length_per_req_cpu")
+            _record(getattr(output[1], field), _draft_positions(instance), _V1_TARGET)
         except Exception as exc:
             STATE.report_error("acceptance.eagle_worker_verify", exc)
     return output
@@ -79,7 +81,7 @@ def _overlap_wrapper(qualname):
             try:
                 result = args[0] if args else kwargs["result"]
                 _record(getattr(result, _field(target, "accept_length_per_req_cpu")),
-                        _draft_positions(instance, result))
+                        _draft_positions(instance, result), target)
             except Exception as exc:
                 STATE.report_error(f"acceptance.{qualname.rsplit('.', 1)[-1]}", exc)
         return output
@@ -93,11 +95,10 @@ def resolve_spec_v2_tokens_wrapper(wrapped, instance, args, kwargs):
         try:
             result = args[0] if args else kwargs["result"]
             batch = args[1] if len(args) > 1 else kwargs["batch"]
-            field = _field(f"{BATCH_RESULT_PROCESSOR}.SchedulerBatchResultProcessor._resolve_spec_v2_tokens",
-                           "num_correct_drafts_per_req_cpu")
+            field = _field(_V2_TARGET, "num_correct_drafts_per_req_cpu")
             live = [n for n, req in zip(getattr(result, field), batch.reqs)
                     if not (req.is_retracted or req.finished())]
-            _record(live, _draft_positions(instance, result))
+            _record(live, _draft_positions(instance, result), _V2_TARGET)
         except Exception as exc:
             STATE.report_error("acceptance.resolve_spec_v2_tokens", exc)
     return output

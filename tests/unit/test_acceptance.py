@@ -70,10 +70,11 @@ def test_periodic_event_and_collapse_finding_with_causes():
         recorder.verify_step(VerifyStep((0, 1), 3))
     assert not [line for line in stream.getvalue().splitlines() if "eagle_probe.acceptance" in line]
     clock[0] = 11
-    recorder.verify_step(VerifyStep((0,), 3))
+    recorder.verify_step(VerifyStep((0,), 3, "sglang.srt.speculative.eagle_worker.EAGLEWorker.verify"))
     events = [json.loads(line) for line in stream.getvalue().splitlines()]
     [acceptance] = [e for e in events if e["event"] == "eagle_probe.acceptance"]
     assert acceptance["drafts"] == 9 and acceptance["accepted_tokens"] == 4
+    assert acceptance["read_at"] == "sglang.srt.speculative.eagle_worker.EAGLEWorker.verify"
     assert acceptance["expected_mean_accept_length"] == pytest.approx(1 + 0.8 + 0.64 + 0.512)
     [collapse] = [e for e in events if e["event"] == "eagle_probe.finding" and e["code"] == "acceptance_collapse"]
     assert collapse["evidence"]["likely_causes"] == ["tbo_capture_lost"]
