@@ -76,6 +76,24 @@ def capture_config_findings(obs: CaptureConfigured, rules: VersionRules) -> List
     return findings
 
 
+def _duplicates(indices: Sequence[int]) -> List[int]:
+    seen, repeated = set(), []
+    for index in indices:
+        if index in seen and index not in repeated:
+            repeated.append(index)
+        seen.add(index)
+    return repeated
+
+
+def _duplicate_cause(indices: Sequence[int]) -> str:
+    # SGLang's layer loop appends a layer's output once, however often its index is listed.
+    repeated = _duplicates(indices)
+    if not repeated:
+        return ""
+    return (f"; index {', '.join(map(str, repeated))} is listed more than once and SGLang captures each layer "
+            f"once (e.g. 0.5.8's defaults [2, n//2, n-3] repeat 3 when n = 6): give distinct ids")
+
+
 def forward_findings(obs: TargetForward) -> List[Finding]:
     findings = []
     if obs.lost:
@@ -93,18 +111,19 @@ def forward_findings(obs: TargetForward) -> List[Finding]:
             AUX_COUNT_MISMATCH,
             f"{obs.model_class} {obs.mode}: returned {obs.aux_returned} aux hidden states, "
             f"configured {obs.aux_expected} ({list(obs.layers_to_capture)})"
-            + (f"; lost to TBO: {list(obs.lost)}" if obs.lost else "") + ".",
+            + (f"; lost to TBO: {list(obs.lost)}" if obs.lost else "") + _duplicate_cause(obs.layers_to_capture) + ".",
             returned=obs.aux_returned, expected=obs.aux_expected,
-            layers_to_capture=list(obs.layers_to_capture), mode=obs.mode, path=obs.path))
+            layers_to_capture=list(obs.layers_to_capture), duplicated=_duplicates(obs.layers_to_capture),
+            mode=obs.mode, path=obs.path))
     elif obs.error and "aux hidden states" in obs.error:
         # 0.5.23's packer raises "captured X of K aux hidden states" instead of returning fewer.
         findings.append(_finding(
             AUX_COUNT_MISMATCH,
             f"{obs.model_class} {obs.mode}: SGLang raised '{obs.error}' with layers_to_capture "
             f"{list(obs.layers_to_capture)}"
-            + (f"; lost to TBO: {list(obs.lost)}" if obs.lost else "") + ".",
+            + (f"; lost to TBO: {list(obs.lost)}" if obs.lost else "") + _duplicate_cause(obs.layers_to_capture) + ".",
             error=obs.error, expected=obs.aux_expected, layers_to_capture=list(obs.layers_to_capture),
-            mode=obs.mode, path=obs.path))
+            duplicated=_duplicates(obs.layers_to_capture), mode=obs.mode, path=obs.path))
     return findings
 
 

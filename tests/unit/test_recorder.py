@@ -179,3 +179,16 @@ def test_failing_log_sink_is_counted_and_metrics_carry_on():
     assert registry.get_sample_value("eagle_probe_findings_total",
                                      dict(code="tbo_capture_lost", severity="error", role="target", **rank)) == 1
     assert registry.get_sample_value("eagle_probe_internal_errors_total", dict(where="logs.emit", **rank)) >= 2
+
+
+def test_repeated_capture_index_is_named_as_the_cause_of_a_short_aux_list():
+    recorder, stream, _, _ = make()
+    recorder.target_forward(forward(mode="TARGET_VERIFY", layers_to_capture=(2, 3, 3), aux_returned=2,
+                                    aux_format="list", aux_shape=None, slot_widths=(64, 64)))
+    [found] = [e for e in events(stream) if e["event"] == "eagle_probe.finding"]
+    assert found["code"] == "aux_count_mismatch" and found["evidence"]["duplicated"] == [3]
+    assert "index 3 is listed more than once" in found["message"]
+    recorder.target_forward(forward(mode="EXTEND", layers_to_capture=(2, 4, 5), aux_returned=2, aux_format="list",
+                                    aux_shape=None, slot_widths=(64, 64)))
+    other = [e for e in events(stream) if e["event"] == "eagle_probe.finding"][-1]
+    assert other["evidence"]["duplicated"] == [] and "more than once" not in other["message"]
