@@ -1,11 +1,11 @@
-"""SGLang 0.5.8 variant of sglang_cpu.runtime (in-process tiny models on the CPU). WORK IN PROGRESS.
+"""SGLang 0.5.8 variant of sglang_cpu.runtime (in-process tiny models on the CPU).
 
 Differences from 0.5.23 (shared/notes/sglang-on-cpu.md, "sglang 0.5.8 on the CPU"): no runtime_context or
 forward_context modules; ServerArgs go through set_global_server_args_for_scheduler with
 prefill/decode attention backends filled from get_attention_backends() as ModelRunner does;
 initialize_dp_attention and initialize_moe_config(server_args) as ModelRunner / Scheduler call them; the
 attention backend and both pools are ForwardBatch fields; transformers 4.57's DeepseekV3Config takes
-rope_scaling + rope_theta; EagleVerifyInput spells its arguments retrive_*.
+rope_scaling + rope_theta (tiny_models spells it per installed transformers); EagleVerifyInput spells its arguments retrive_*.
 """
 
 from __future__ import annotations
@@ -46,19 +46,6 @@ def init_runtime(torch_compile: bool = False, **server_args_overrides) -> None:
                             model_config=SimpleNamespace(hidden_size=64, dtype=torch.float32))
     initialize_moe_config(server_args)
     _initialized = True
-
-
-def deepseek_v3_config(**kwargs):
-    """tiny_models.deepseek_v3_config for transformers 4.57 (rope_scaling + rope_theta)."""
-    from transformers import DeepseekV3Config
-
-    from sglang_cpu.tiny_models import deepseek_v3_config as v5_config
-
-    config = v5_config(**kwargs).to_dict()
-    rope = dict(config.pop("rope_parameters", None) or {})
-    config["rope_theta"] = rope.pop("rope_theta", 10000.0)
-    config["rope_scaling"] = rope
-    return DeepseekV3Config(**config)
 
 
 def build_deepseek(config, seed: int = 0):

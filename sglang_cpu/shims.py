@@ -42,7 +42,7 @@ def _skip_kv_copy_warmup(module):
         pool._init_kv_copy_and_warmup = lambda self, *a, **k: None
 
 
-def _installed_sglang() -> str:
+def installed_sglang() -> str:
     try:
         from importlib.metadata import version
 
@@ -57,7 +57,7 @@ def apply():
         return
     _applied = True
     _install_vllm_rotary_stand_in()
-    if _installed_sglang().startswith("0.5.8"):
+    if installed_sglang().startswith("0.5.8"):
         from sglang_cpu import shims_058
 
         shims_058.apply()

@@ -5,10 +5,17 @@ shared/notes/sglang-on-cpu.md, "sglang 0.5.8 on the CPU"): layers/moe/moe_runner
 (`silu_and_mul`, and `copy_to_gpu_no_ce` from sgl_kernel.elementwise) and mem_cache/memory_pool_host.py
 (thirteen `transfer_*` names from sgl_kernel.kvcacheio). None of them is called on the CPU path; a
 stand-in module that defines the names, each raising if it ever is called, is enough.
+A speculative server also needs torch.cuda.synchronize() to return on a machine without CUDA (the
+draft's set_embed calls it).
+With SGLANG_CPU_KERNEL_WARMUP=1 a server also runs 0.5.8's CUDA-branch kernel warm-up (ModelRunner._dummy_run,
+whose default-layers capture call is what makes CUDA graphs capture other layers than eager mode).
 """
 
+import os
 import sys
 import types
+
+import wrapt
 
 KVCACHEIO_NAMES = (
     "transfer_kv_all_layer", "transfer_kv_all_layer_direct_lf_pf", "transfer_kv_all_layer_lf_pf",
@@ -47,5 +54,52 @@ def install_sgl_kernel_stand_in():
         sys.modules.setdefault(module.__name__, module)
 
 
+def make_cuda_sync_a_no_op_without_cuda():
+    # 0.5.8's LlamaForCausalLM.set_embed (the EAGLE draft sharing the target's embedding) calls
+    # torch.cuda.synchronize() unconditionally; with no CUDA device there is nothing to wait for.
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    torch.cuda.synchronize = lambda device=None: None
+
+
+# Environment that makes a CPU server run 0.5.8's CUDA-branch kernel warm-up (see run_kernel_warmup_on_cpu).
+KERNEL_WARMUP_FLAG = "SGLANG_CPU_KERNEL_WARMUP"
+KERNEL_WARMUP_ENV = {KERNEL_WARMUP_FLAG: "1"}
+
+
+def _warm_up_before_device_graphs(wrapped, instance, args, kwargs):
+    # On CUDA, 0.5.8's ModelRunner.initialize runs kernel_warmup() (FlashInfer autotune: one
+    # ModelRunner._dummy_run over the whole request pool) right before init_device_graphs(), and only
+    # afterwards sets the configured capture ids. Its CPU branch skips the warm-up; this runs SGLang's
+    # own _dummy_run at that same point, so the setter call with no ids comes from SGLang's code.
+    import torch
+
+    if instance.device == "cpu" and not instance.is_draft_worker:
+        with torch.inference_mode():
+            instance._dummy_run(batch_size=instance.req_to_token_pool.size)
+    return wrapped(*args, **kwargs)
+
+
+def _graph_fill_value(module):
+    # _dummy_run pads with the backend's CUDA-graph fill value; torch_native has no graph support and
+    # none, so give it the 1 that SGLang's graph-capable backends use.
+    cls = module.TorchNativeAttnBackend
+    if "get_cuda_graph_seq_len_fill_value" not in cls.__dict__:
+        cls.get_cuda_graph_seq_len_fill_value = lambda self: 1
+
+
+def run_kernel_warmup_on_cpu():
+    wrapt.register_post_import_hook(
+        lambda module: wrapt.wrap_function_wrapper(module.ModelRunner, "init_device_graphs",
+                                                   _warm_up_before_device_graphs),
+        "sglang.srt.model_executor.model_runner")
+    wrapt.register_post_import_hook(_graph_fill_value, "sglang.srt.layers.attention.torch_native_backend")
+
+
 def apply():
     install_sgl_kernel_stand_in()
+    make_cuda_sync_a_no_op_without_cuda()
+    if os.environ.get(KERNEL_WARMUP_FLAG, "") == "1":
+        run_kernel_warmup_on_cpu()

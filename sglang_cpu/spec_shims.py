@@ -21,12 +21,16 @@ What is patched (see shared/notes/sglang-on-cpu.md, "A speculative EAGLE-3 serve
    carry no ``extend_prefix_lens`` / ``extend_seq_lens`` and whose ``seq_lens`` is the committed
    prefix: for the call, prefix = seq_lens, extend = tokens per request, seq_lens = prefix +
    extend (restored after). For a chain the causal mask equals the tree mask, so this is exact.
-   Batches that already carry extend fields are left alone.
+   Batches that already carry extend fields are left alone, except the v1 worker's DRAFT_EXTEND (SGLang
+   0.5.8's default worker), whose stale prefix lengths are replaced by seq_lens - extend_seq_lens.
+4. SGLang 0.5.8 only: ``spec_shims_058`` (chain stand-ins for its CUDA-only tree build and greedy verify) and
+   the 0.5.8 spelling of the draft backend factory.
 (``MHATokenToKVPool._init_kv_copy_and_warmup`` is already a no-op through ``shims.apply()``.)
 """
 
 from __future__ import annotations
 
+import inspect
 import os
 
 import wrapt
@@ -50,6 +54,18 @@ def _tokens_per_request(forward_batch) -> int:
     return int(forward_batch.input_ids.shape[0]) // max(bs, 1)
 
 
+def _draft_extend_v1(wrapped, forward_batch, args, kwargs):
+    # The v1 worker's draft extend (0.5.8's default) sets seq_lens to the committed length including the
+    # accepted tokens and extend_seq_lens to accepted + 1, but leaves the prefill's stale extend_prefix_lens;
+    # SGLang's GPU backends take the prefix as seq_lens - extend_seq_lens, and so does this call.
+    saved = forward_batch.extend_prefix_lens
+    forward_batch.extend_prefix_lens = forward_batch.seq_lens - forward_batch.extend_seq_lens
+    try:
+        return wrapped(*args, **kwargs)
+    finally:
+        forward_batch.extend_prefix_lens = saved
+
+
 def _patch_torch_native(module):
     cls = module.TorchNativeAttnBackend
     if getattr(cls, "_sglang_cpu_spec_patched", False):
@@ -58,6 +74,8 @@ def _patch_torch_native(module):
     def forward_extend(wrapped, instance, args, kwargs):
         forward_batch = kwargs.get("forward_batch", args[4] if len(args) > 4 else None)
         mode = getattr(forward_batch, "forward_mode", None)
+        if mode is not None and mode == type(mode).DRAFT_EXTEND:
+            return _draft_extend_v1(wrapped, forward_batch, args, kwargs)
         if (
             mode is None
             or not (mode.is_target_verify() or mode.is_draft_extend_v2())
@@ -141,8 +159,34 @@ def _patch_draft_backend_factory(module):
         bound["backend_map"] = backend_map
         return wrapped(**bound)
 
-    wrapt.wrap_function_wrapper(cls, "_create_backend", _create_backend)
+    if "stamps_children" in inspect.signature(cls._create_backend).parameters:
+        wrapt.wrap_function_wrapper(cls, "_create_backend", _create_backend)
+    else:  # 0.5.8: _create_backend returns the backend itself and cannot tell decode from extend
+        wrapt.wrap_function_wrapper(cls, "create_decode_backend", _torch_native_decode_058)
+        wrapt.wrap_function_wrapper(cls, "create_draft_extend_backend", _torch_native_extend_058)
     cls._sglang_cpu_spec_patched = True
+
+
+def _resolves_to_torch_native(factory, backend_name):
+    args = factory.server_args
+    chosen = factory.draft_attn_backend or getattr(args, backend_name, None) or args.attention_backend
+    return chosen == "torch_native"
+
+
+def _torch_native_decode_058(wrapped, instance, args, kwargs):
+    if instance.speculative_num_steps == 1 or not _resolves_to_torch_native(instance, "decode_attention_backend"):
+        return wrapped(*args, **kwargs)
+    return TorchNativeMultiStepDraftBackend(instance.draft_model_runner, instance.topk, instance.speculative_num_steps)
+
+
+def _torch_native_extend_058(wrapped, instance, args, kwargs):
+    name = ("decode_attention_backend" if instance.server_args.speculative_attention_mode == "decode"
+            else "prefill_attention_backend")
+    if not _resolves_to_torch_native(instance, name):
+        return wrapped(*args, **kwargs)
+    from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend
+
+    return TorchNativeAttnBackend(instance.draft_model_runner)
 
 
 # --------------------------------------------------------------------------- tree kernels
@@ -162,3 +206,9 @@ def apply() -> None:
     wrapt.register_post_import_hook(_patch_torch_native, "sglang.srt.layers.attention.torch_native_backend")
     wrapt.register_post_import_hook(_patch_draft_backend_factory, "sglang.srt.speculative.draft_utils")
     wrapt.register_post_import_hook(_route_spec_tree_to_triton, "sglang.kernels.ops.speculative.spec_tree")
+    from sglang_cpu.shims import installed_sglang
+
+    if installed_sglang().startswith("0.5.8"):
+        from sglang_cpu import spec_shims_058
+
+        spec_shims_058.apply()

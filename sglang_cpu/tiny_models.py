@@ -14,7 +14,25 @@ import json
 import os
 
 import torch
+import transformers
 from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
+
+
+def _yarn_rope(max_position_embeddings: int) -> dict:
+    # SGLang with device="cpu" rejects rope types other than yarn. transformers 5 reads one
+    # rope_parameters dict; 4.x (SGLang 0.5.8's pin) reads rope_scaling plus rope_theta.
+    yarn = {
+        "rope_type": "yarn",
+        "factor": 4.0,
+        "original_max_position_embeddings": max_position_embeddings // 4,
+        "beta_fast": 32.0,
+        "beta_slow": 1.0,
+        "mscale": 1.0,
+        "mscale_all_dim": 1.0,
+    }
+    if int(transformers.__version__.split(".")[0]) >= 5:
+        return {"rope_parameters": dict(yarn, rope_theta=10000.0)}
+    return {"rope_theta": 10000.0, "rope_scaling": yarn}
 
 
 def deepseek_v3_config(
@@ -63,17 +81,7 @@ def deepseek_v3_config(
         topk_method="noaux_tc",
         scoring_func="sigmoid",
         max_position_embeddings=max_position_embeddings,
-        # SGLang with device="cpu" rejects rope types other than yarn.
-        rope_parameters={
-            "rope_type": "yarn",
-            "rope_theta": 10000.0,
-            "factor": 4.0,
-            "original_max_position_embeddings": max_position_embeddings // 4,
-            "beta_fast": 32.0,
-            "beta_slow": 1.0,
-            "mscale": 1.0,
-            "mscale_all_dim": 1.0,
-        },
+        **_yarn_rope(max_position_embeddings),
         num_nextn_predict_layers=0,
         tie_word_embeddings=False,
         pad_token_id=None,

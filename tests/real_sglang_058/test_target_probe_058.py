@@ -13,6 +13,7 @@ if not (versions.installed_sglang_version() or "").startswith("0.5.8"):
 import torch  # noqa: E402
 
 import eagle_probe  # noqa: E402
+from sglang_cpu.tiny_models import deepseek_v3_config  # noqa: E402
 
 TOKENS = [5, 9, 17, 33, 2, 71, 8]
 
@@ -23,7 +24,7 @@ def dense():
     from sglang_cpu import runtime_058 as rt
 
     rt.init_runtime()
-    config = rt.deepseek_v3_config(num_hidden_layers=6, first_k_dense_replace=6)
+    config = deepseek_v3_config(num_hidden_layers=6, first_k_dense_replace=6)
     model = rt.build_deepseek(config, seed=1)
     return model, rt.TinyBatchRunner(model)
 
