@@ -6,7 +6,7 @@ shared/notes/sglang-on-cpu.md, "sglang 0.5.8 on the CPU"): layers/moe/moe_runner
 (thirteen `transfer_*` names from sgl_kernel.kvcacheio). None of them is called on the CPU path; a
 stand-in module that defines the names, each raising if it ever is called, is enough.
 A speculative server also needs torch.cuda.synchronize() to return on a machine without CUDA (the
-draft's set_embed calls it).
+draft's set_embed calls it) and, with SGLANG_ENABLE_SPEC_V2=1, Tensor.record_stream to accept CPU tensors.
 With SGLANG_CPU_KERNEL_WARMUP=1 a server also runs 0.5.8's CUDA-branch kernel warm-up (ModelRunner._dummy_run,
 whose default-layers capture call is what makes CUDA graphs capture other layers than eager mode).
 """
@@ -54,7 +54,7 @@ def install_sgl_kernel_stand_in():
         sys.modules.setdefault(module.__name__, module)
 
 
-def make_cuda_sync_a_no_op_without_cuda():
+def make_stream_calls_no_ops_without_cuda():
     # 0.5.8's LlamaForCausalLM.set_embed (the EAGLE draft sharing the target's embedding) calls
     # torch.cuda.synchronize() unconditionally; with no CUDA device there is nothing to wait for.
     import torch
@@ -62,6 +62,16 @@ def make_cuda_sync_a_no_op_without_cuda():
     if torch.cuda.is_available():
         return
     torch.cuda.synchronize = lambda device=None: None
+    # The spec-v2 worker (SGLANG_ENABLE_SPEC_V2) calls tensor.record_stream(current stream) unguarded;
+    # a CPU tensor has no caching allocator to tell, and torch rejects torch.cpu.Stream there.
+    record_stream = torch.Tensor.record_stream
+
+    def record_stream_unless_cpu(self, stream):
+        if self.device.type == "cpu":
+            return None
+        return record_stream(self, stream)
+
+    torch.Tensor.record_stream = record_stream_unless_cpu
 
 
 # Environment that makes a CPU server run 0.5.8's CUDA-branch kernel warm-up (see run_kernel_warmup_on_cpu).
@@ -100,6 +110,6 @@ def run_kernel_warmup_on_cpu():
 
 def apply():
     install_sgl_kernel_stand_in()
-    make_cuda_sync_a_no_op_without_cuda()
+    make_stream_calls_no_ops_without_cuda()
     if os.environ.get(KERNEL_WARMUP_FLAG, "") == "1":
         run_kernel_warmup_on_cpu()

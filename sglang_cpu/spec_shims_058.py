@@ -13,6 +13,9 @@ off CUDA. For ``--speculative-eagle-topk 1`` both reduce to a chain, written her
   and at the last one (the bonus); ``accept_index`` lists the accepted flat indices; ``accept_token_num``
   counts accepted drafts.
 
+With SGLANG_ENABLE_SPEC_V2=1, 0.5.8's verify cache-slot assignment is routed to its own Triton kernel
+(interpreted), which it otherwise launches only on CUDA.
+
 Everything else on 0.5.8's speculative path (draft and target forwards, KV bookkeeping, the Triton helpers
 run by the interpreter, acceptance accounting, the verify step the probe wraps) is SGLang's own code.
 The expected acceptance of the test cases comes from ``draft_models.simulate_chain``, not from these.
@@ -78,9 +81,16 @@ def _install(module):
     wrapt.wrap_function_wrapper(module, "verify_tree_greedy_func", verify_tree_greedy_func)
 
 
+def _route_verify_cache_locs_to_triton(module):
+    # Spec v2 (SGLANG_ENABLE_SPEC_V2): assign_extend_cache_locs_func runs its Triton kernel only on CUDA
+    # and returns None elsewhere; the flag is read nowhere else in the module, and the interpreter runs it.
+    module._is_cuda = True
+
+
 def apply() -> None:
     global _applied
     if _applied:
         return
     _applied = True
     wrapt.register_post_import_hook(_install, "sglang.srt.speculative.eagle_utils")
+    wrapt.register_post_import_hook(_route_verify_cache_locs_to_triton, "sglang.srt.speculative.eagle_info_v2")

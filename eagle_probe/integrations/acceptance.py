@@ -7,8 +7,11 @@ patched (their modules or methods do not exist there).
 - v1 worker (0.5.8 to 0.5.12.post1): EAGLEWorker.verify returns (.., EagleVerifyOutput, ..); SGLang truncates
   the count when a request finishes inside the accepted run.
 - spec-v2 overlap resolver on the scheduler (0.5.8 with SGLANG_ENABLE_SPEC_V2, 0.5.11, 0.5.12).
-- 0.5.13+: SchedulerBatchResultProcessor._resolve_spec_v2_tokens, which counts only requests that are neither
-  retracted nor finished; the probe counts the same ones.
+- 0.5.13+: SchedulerBatchResultProcessor._resolve_spec_v2_tokens.
+On every spec-v2 path the probe counts only requests that are neither retracted nor finished: the overlap
+scheduler runs one more verify step for a request that just finished and discards its tokens (0.5.13+ leaves
+it out of its own counts; 0.5.8's server-wide "accept len" still includes it, its per-request meta_info not),
+and a step whose requests had all finished is not a verify step.
 """
 
 import sys
@@ -72,6 +75,12 @@ def eagle_worker_verify_wrapper(wrapped, instance, args, kwargs):
     return output
 
 
+def _live(counts, reqs):
+    """Counts of the requests still running: with the overlap scheduler a request that finished (or was
+    retracted) in the previous step rides one more verify step whose tokens SGLang discards."""
+    return [n for n, req in zip(counts, reqs) if not (req.is_retracted or req.finished())]
+
+
 def _overlap_wrapper(qualname):
     target = f"{OVERLAP_MIXIN}.{qualname}"
 
@@ -80,8 +89,10 @@ def _overlap_wrapper(qualname):
         if STATE.active:
             try:
                 result = args[0] if args else kwargs["result"]
-                _record(getattr(result, _field(target, "accept_length_per_req_cpu")),
-                        _draft_positions(instance, result), target)
+                batch = args[1] if len(args) > 1 else kwargs["batch"]
+                live = _live(getattr(result, _field(target, "accept_length_per_req_cpu")), batch.reqs)
+                if live:
+                    _record(live, _draft_positions(instance, result), target)
             except Exception as exc:
                 STATE.report_error(f"acceptance.{qualname.rsplit('.', 1)[-1]}", exc)
         return output
@@ -96,9 +107,9 @@ def resolve_spec_v2_tokens_wrapper(wrapped, instance, args, kwargs):
             result = args[0] if args else kwargs["result"]
             batch = args[1] if len(args) > 1 else kwargs["batch"]
             field = _field(_V2_TARGET, "num_correct_drafts_per_req_cpu")
-            live = [n for n, req in zip(getattr(result, field), batch.reqs)
-                    if not (req.is_retracted or req.finished())]
-            _record(live, _draft_positions(instance, result), _V2_TARGET)
+            live = _live(getattr(result, field), batch.reqs)
+            if live:
+                _record(live, _draft_positions(instance, result), _V2_TARGET)
         except Exception as exc:
             STATE.report_error("acceptance.resolve_spec_v2_tokens", exc)
     return output

@@ -72,13 +72,15 @@ def test_058_embedding_index_crashes_with_type_error(dense):
 
 
 def test_058_spec_v2_acceptance_path_with_real_batch_objects(dense, tmp_path):
-    """0.5.8's SGLANG_ENABLE_SPEC_V2 path: SGLang's real SchedulerOutputProcessorMixin._resolve_spec_overlap_token_ids
-    on real Req / ScheduleBatch / GenerationBatchResult objects, with the probe installed. A 0.5.8 speculative server
-    was not brought up on the CPU, so the mixin is instantiated bare with the two attributes this function reads
-    from the Scheduler (the draft worker's draft-token count and the server's speculative steps)."""
+    """0.5.8's SGLANG_ENABLE_SPEC_V2 path, down to single requests: SGLang's real
+    SchedulerOutputProcessorMixin._resolve_spec_overlap_token_ids on real Req / ScheduleBatch / GenerationBatchResult
+    objects, with the probe installed; a request that finished in the previous step (the overlap scheduler runs one
+    more verify step for it and discards its tokens) is not counted. The mixin is instantiated bare with the two
+    attributes this function reads from the Scheduler; tests/real_sglang_058/test_spec_server_058.py runs the whole
+    server."""
     from types import SimpleNamespace
 
-    from sglang.srt.managers.schedule_batch import Req, ScheduleBatch
+    from sglang.srt.managers.schedule_batch import FINISH_LENGTH, Req, ScheduleBatch
     from sglang.srt.managers.scheduler_output_processor_mixin import SchedulerOutputProcessorMixin
     from sglang.srt.managers.utils import GenerationBatchResult
     from sglang.srt.sampling.sampling_params import SamplingParams
@@ -86,18 +88,19 @@ def test_058_spec_v2_acceptance_path_with_real_batch_objects(dense, tmp_path):
     eagle_probe.uninstall()
     assert eagle_probe.install(env={"EAGLE_PROBE_LOG_DIR": str(tmp_path), "EAGLE_PROBE_SUMMARY_INTERVAL_S": "1e-9"})
     try:
-        reqs = [Req(f"r{i}", "", [1, 2, 3], SamplingParams(max_new_tokens=16)) for i in range(3)]
+        reqs = [Req(f"r{i}", "", [1, 2, 3], SamplingParams(max_new_tokens=16)) for i in range(4)]
+        reqs[3].finished_reason = FINISH_LENGTH(length=16)  # finished one step ago
         batch = ScheduleBatch(reqs=reqs)
         # a real instance of SGLang's mixin, so the method is called bound, as the Scheduler calls it
         scheduler = SchedulerOutputProcessorMixin.__new__(SchedulerOutputProcessorMixin)
         scheduler.draft_worker = SimpleNamespace(speculative_num_draft_tokens=3)
         scheduler.server_args = SimpleNamespace(speculative_num_steps=2)
         # accept_lens include the bonus token (0.5.8 spec v2): 3 -> 2 drafts accepted, 1 -> none, 2 -> one
-        result = GenerationBatchResult(next_token_ids=torch.arange(9), accept_lens=torch.tensor([3, 1, 2]))
+        result = GenerationBatchResult(next_token_ids=torch.arange(12), accept_lens=torch.tensor([3, 1, 2, 3]))
         tokens = scheduler._resolve_spec_overlap_token_ids(result, batch)
     finally:
         eagle_probe.uninstall()  # flushes the last acceptance window
-    assert tokens == [[0, 1, 2], [3], [6, 7]] and result.accept_length_per_req_cpu == [2, 0, 1]
+    assert tokens == [[0, 1, 2], [3], [6, 7], [9, 10, 11]] and result.accept_length_per_req_cpu == [2, 0, 1, 2]
     [acceptance] = events(str(tmp_path), "eagle_probe.acceptance")
     assert acceptance["steps"] == 1 and acceptance["drafts"] == 3 and acceptance["positions"] == 2
     assert acceptance["accepted_tokens"] == 3  # bonus excluded, as the version table says
