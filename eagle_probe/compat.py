@@ -46,8 +46,13 @@ def _target_status(integration, target, rules, supported, import_modules):
         try:
             module = importlib.import_module(target.module)
         except ModuleNotFoundError as exc:
-            entry.update(status="skipped", reason=f"module not in installed SGLang ({exc.name})"
-                         + ("" if expected else "; the version table says so"))
+            missing = exc.name or ""
+            if target.module == missing or target.module.startswith(missing + "."):
+                reason = f"module not in installed SGLang ({missing})" + ("" if expected else "; the version table says so")
+            else:  # the module exists but imports something this environment lacks
+                reason = (f"module cannot be imported here: it needs '{missing}', which is not installed "
+                          f"(SGLang itself would fail the same import)")
+            entry.update(status="skipped", reason=reason)
             return entry
         except Exception as exc:
             entry.update(status="skipped", reason=f"module import failed: {type(exc).__name__}: {exc}"[:300])

@@ -270,3 +270,19 @@ class SGLangServer:
     def __exit__(self, *exc):
         self.stop()
         return False
+
+
+def compat_report(python=None, with_cpu_shims=True) -> dict:
+    """`eagle-probe compat --format json` for the SGLang that `python` imports, run in a fresh process that
+    sees what a CPU server process sees (the CPU shims on PYTHONPATH) unless with_cpu_shims is False."""
+    env = dict(os.environ)
+    parts = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != SITE_DIR]
+    env["PYTHONPATH"] = os.pathsep.join(([SITE_DIR] if with_cpu_shims else []) + parts)
+    env.setdefault("CUDA_VISIBLE_DEVICES", "")
+    done = subprocess.run([python or sys.executable, "-m", "eagle_probe", "compat", "--format", "json"], env=env,
+                          capture_output=True, text=True, timeout=300)
+    if done.returncode not in (0, 1):  # 1: an expected target did not resolve (the report says which)
+        raise RuntimeError(f"eagle-probe compat exited {done.returncode}: {done.stderr[-2000:]}")
+    report = json.loads(done.stdout)
+    report["exit_status"] = done.returncode
+    return report

@@ -74,7 +74,7 @@ def _patch_torch_native(module):
     def forward_extend(wrapped, instance, args, kwargs):
         forward_batch = kwargs.get("forward_batch", args[4] if len(args) > 4 else None)
         mode = getattr(forward_batch, "forward_mode", None)
-        if mode is not None and mode == type(mode).DRAFT_EXTEND:
+        if mode is not None and mode == getattr(type(mode), "DRAFT_EXTEND", None):  # no v1 worker in 0.5.13+
             return _draft_extend_v1(wrapped, forward_batch, args, kwargs)
         if (
             mode is None

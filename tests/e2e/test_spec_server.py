@@ -319,3 +319,28 @@ def test_eagle3_draft_under_eagle_algorithm(root, random_runs):
     assert dropped["evidence"]["dropped"] == ["fc_norm.0.weight"]
     [loaded] = _events(root, "eagle-algo", "eagle_probe.draft.loaded")
     assert loaded["dropped"] == ["fc_norm.0.weight"] and loaded["fc_norm"] is False
+
+
+# ------------------------------------------------- e. eagle-probe compat against what the server did
+
+
+def test_compat_tells_what_the_0_5_23_server_did(random_runs):
+    from eagle_probe.analysis.layers import apply_capture_rule
+    from sglang_cpu.server import compat_report
+
+    report = compat_report()
+    root = random_runs["root"]
+    assert report["sglang_version"] == "0.5.23" and report["supported"] and report["exit_status"] == 0
+    rules = report["rules"]
+    [configured] = [e for e in _events(root, "random-spec", "eagle_probe.capture.configured") if e["role"] == "target"]
+    assert not configured["during_graph_setup"] and rules["graph_setup_uses_default_layers"] is False
+    predicted, _ = apply_capture_rule(rules["capture_id_rule"], configured["requested_ids"], 6)
+    assert list(predicted) == configured["layers_to_capture"] == [2, 4, 5]
+    forwards = [e for e in _events(root, "random-spec", "eagle_probe.target.forward") if e["role"] == "target"]
+    assert {f["aux_format"] for f in forwards} == {rules["aux_format"]} == {"packed"}
+    used = {a["read_at"] for a in _events(root, "random-spec", "eagle_probe.acceptance")}
+    resolved = {t["target"] for t in report["targets"] if t["integration"] == "acceptance" and t["status"] == "resolved"}
+    assert used == resolved == {"sglang.srt.managers.scheduler_components.batch_result_processor"
+                                ".SchedulerBatchResultProcessor._resolve_spec_v2_tokens"}
+    for target in report["targets"]:
+        assert (target["status"] == "resolved") == target["expected"], target

@@ -172,3 +172,54 @@ def test_no_graph_findings_without_the_warm_up_and_no_internal_errors(v1, v2):
         assert not _of(run, "eagle_probe.internal_error")
         started = _of(run, "eagle_probe.started")
         assert started and {s["sglang_version"] for s in started} == {"0.5.8"}
+
+
+# ------------------------------------------------- eagle-probe compat against what the servers did
+
+
+@pytest.fixture(scope="module")
+def compat():
+    from sglang_cpu.server import compat_report
+
+    return compat_report()
+
+
+def test_compat_rules_are_what_the_servers_did(compat, v1, v2):
+    from eagle_probe.analysis.layers import apply_capture_rule
+
+    assert compat["sglang_version"] == "0.5.8" and compat["supported"] and compat["off"] is None
+    assert compat["exit_status"] == 0
+    rules = compat["rules"]
+    [configured] = [c for c in _of(v1, "eagle_probe.capture.configured") if not c["during_graph_setup"]]
+    predicted, _ = apply_capture_rule(rules["capture_id_rule"], configured["requested_ids"], 6)
+    assert list(predicted) == configured["layers_to_capture"]
+    assert {f["aux_format"] for f in _of(v1, "eagle_probe.target.forward")} == {rules["aux_format"]}
+    assert rules["graph_setup_uses_default_layers"] is True
+    assert "sglang.srt.model_executor.model_runner.ModelRunner._dummy_run" in rules["graph_setup_callers"]
+    assert rules["embedding_capturable"] is False  # index 0 raised TypeError in test_target_probe_058
+
+
+def test_compat_resolves_exactly_the_hooks_the_servers_used(compat, v1, v2):
+    status = {t["target"]: t for t in compat["targets"]}
+    used = {a["read_at"] for run in (v1, v2) for a in _of(run, "eagle_probe.acceptance")}
+    assert used == {V1_HOOK, V2_HOOK}
+    for hook in used:
+        assert status[hook]["status"] == "resolved" and status[hook]["expected"]
+    acceptance = [t for t in compat["targets"] if t["integration"] == "acceptance"]
+    assert {t["target"] for t in acceptance if t["status"] == "resolved"} == used
+    # every wrapper the servers logged from is resolved; the Kimi draft model does not exist in 0.5.8
+    for name in ("model_runner", "deepseek_v2", "llama_eagle3"):
+        assert all(t["status"] == "resolved" for t in compat["targets"] if t["integration"] == name)
+    [kimi] = [t for t in compat["targets"] if t["integration"] == "kimi_k25_eagle3"]
+    assert kimi["status"] == "skipped" and not kimi["expected"] and "version table says so" in kimi["reason"]
+
+
+def test_compat_names_a_missing_dependency_as_such():
+    """Without the CPU stand-ins 0.5.8's modules cannot import sgl_kernel: compat says so instead of calling the
+    module absent."""
+    from sglang_cpu.server import compat_report
+
+    report = compat_report(with_cpu_shims=False)
+    [verify] = [t for t in report["targets"] if t["target"] == V1_HOOK]
+    assert verify["status"] == "skipped" and "needs 'sgl_kernel', which is not installed" in verify["reason"]
+    assert report["exit_status"] == 1  # a target the table expects did not resolve
