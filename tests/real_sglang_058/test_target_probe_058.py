@@ -105,3 +105,30 @@ def test_058_spec_v2_acceptance_path_with_real_batch_objects(dense, tmp_path):
     assert acceptance["steps"] == 1 and acceptance["drafts"] == 3 and acceptance["positions"] == 2
     assert acceptance["accepted_tokens"] == 3  # bonus excluded, as the version table says
     assert acceptance["per_position_rate"] == [2 / 3, 1 / 3]
+
+
+def test_058_graph_capture_forward_is_seen_through_its_capture_mode(dense, tmp_path):
+    """0.5.8 keeps its capture flag in cuda_graph_runner (0.5.23 moved it): a forward inside 0.5.8's own
+    model_capture_mode() (what CudaGraphRunner.__init__ wraps capture in) is a graph-capture forward to the probe."""
+    from sglang.srt.model_executor.cuda_graph_runner import model_capture_mode
+    from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
+
+    model, runner = dense
+    eagle_probe.uninstall()
+    assert eagle_probe.install(env={"EAGLE_PROBE_LOG_DIR": str(tmp_path)})
+    try:
+        model.set_eagle3_layers_to_capture([0, 2, 3])
+        runner.reset()
+        with model_capture_mode():
+            runner.extend([TOKENS], capture_hidden_mode=CaptureHiddenMode.FULL)
+        model.set_eagle3_layers_to_capture([1, 3, 4])
+        runner.reset()
+        runner.extend([TOKENS], capture_hidden_mode=CaptureHiddenMode.FULL)
+    finally:
+        eagle_probe.uninstall()
+    paths = [(f["path"], f["capturing"], f["layers_to_capture"])
+             for f in events(str(tmp_path), "eagle_probe.target.forward")]
+    assert paths == [("graph_capture", True, [1, 3, 4]), ("eager", False, [2, 4, 5])]
+    [mismatch] = events(str(tmp_path), "eagle_probe.finding")
+    assert mismatch["code"] == "graph_eager_layer_mismatch"
+    assert mismatch["evidence"]["graph_layers"] == [1, 3, 4] and mismatch["evidence"]["eager_layers"] == [2, 4, 5]
