@@ -187,9 +187,10 @@ def render_html(report: dict, title: str = "eagle-probe report") -> str:
                 rows.append((r["tp_rank"], r["pid"], acc["windows"], acc["drafts"], _num(acc["mean_accept_length"], 2),
                              _num(acc["expected_mean_accept_length"], 2), _num(acc["accept_rate"]),
                              ", ".join(str(_num(v)) for v in acc["per_position_rate"]),
-                             ", ".join(str(_num(v)) for v in acc["conditional_rate"])))
+                             ", ".join(str(_num(v)) for v in acc["conditional_rate"]),
+                             ", ".join(acc.get("read_at") or [])))
         parts.append(_table(("tp_rank", "pid", "windows", "drafts", "mean accept length", "expected",
-                             "accept rate", "per position", "conditional"), rows, "acceptance"))
+                             "accept rate", "per position", "conditional", "read at"), rows, "acceptance"))
         parts.append("<div>" + "".join(_img(svg, alt, pid) for pid, alt, svg in plot_list) + "</div>")
     else:
         parts.append("<p>No <code>eagle_probe.acceptance</code> events in these logs.</p>")

@@ -80,6 +80,7 @@ def _acceptance(events):
         "mean_accept_length": mean_len, "per_position_rate": per_pos, "conditional_rate": conditional,
         "accept_length_histogram": dict(sorted(histogram.items(), key=lambda kv: int(kv[0]) if kv[0].lstrip("-").isdigit() else 0)),
         "expected_mean_accept_length": events[-1].get("expected_mean_accept_length"),
+        "read_at": sorted({e["read_at"] for e in events if e.get("read_at")}),
         "over_time": [{"timestamp": e.get("timestamp"), "mean_accept_length": e.get("mean_accept_length"),
                        "accept_rate": (e["accepted_tokens"] / e["draft_tokens"])
                        if e.get("draft_tokens") and e.get("accepted_tokens") is not None else None,
@@ -203,6 +204,8 @@ def render_text(report: dict) -> str:
             out.append("    per draft position: " + ", ".join(_fmt(r) for r in acc["per_position_rate"])
                        + "; conditional: " + ", ".join(_fmt(r) for r in acc["conditional_rate"]))
             out.append("    accepted drafts per step: " + ", ".join(f"{k}: {v}" for k, v in acc["accept_length_histogram"].items()))
+            if acc["read_at"]:
+                out.append("    read at: " + ", ".join(acc["read_at"]))
         if not rank["findings"]:
             out.append("  findings: none")
         for f in rank["findings"]:

@@ -18,6 +18,7 @@ def acceptance_line(ts, rank=1, mean=2.5, rates=(0.8, 0.5, 0.2), hist=None):
              "steps": 10, "drafts": 20, "draft_tokens": 60, "accepted_tokens": 30, "positions": 3,
              "mean_accept_length": mean, "per_position_rate": list(rates), "conditional_rate": [0.8, 0.625, 0.4],
              "accept_length_histogram": hist or {"0": 4, "1": 6, "2": 6, "3": 4},
+             "read_at": "sglang.srt.speculative.eagle_worker.EAGLEWorker.verify",
              "event": "eagle_probe.acceptance", "level": "info", "timestamp": ts}
     return json.dumps(event)
 
@@ -52,6 +53,7 @@ def test_real_log_per_rank_text(tmp_path, capsys):
     assert "FINDING layer_mismatch [error] x2 (2026-01-01T00:00:01Z .. 2026-01-01T00:01:05Z)" in out
     assert "acceptance over 2 window(s), 40 drafts: mean accept length 2.00" in out
     assert "per draft position: 0.600, 0.300, 0.100" in out
+    assert "read at: sglang.srt.speculative.eagle_worker.EAGLEWorker.verify" in out
 
 
 def test_json_format_is_one_document(tmp_path, capsys):
@@ -97,6 +99,7 @@ def test_html_is_self_contained_with_plots_and_tables(tmp_path, capsys):
         assert f'id="{plot}"' in page
     assert "http://" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "") and "https://" not in page
     assert "output of layer 1" in page and "layer_mismatch" in page and "default-src 'none'" in page
+    assert "<th>read at</th>" in page and "EAGLEWorker.verify" in page
 
 
 def test_html_without_acceptance_says_so():
