@@ -342,6 +342,11 @@ class TinyBatchRunner:
         )
         return self._run(batch)
 
+    def _verify_input(self, **fields):
+        from sglang.srt.speculative.eagle_info import EagleVerifyInput
+
+        return EagleVerifyInput(**fields)
+
     def target_verify(
         self,
         draft_tokens: Sequence[Sequence[int]],
@@ -356,7 +361,6 @@ class TinyBatchRunner:
         after request i's committed tokens, with FULL hidden capture unless told otherwise.
         Nothing is committed: the verify KV slots are written, the requests keep their length."""
         from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardMode
-        from sglang.srt.speculative.eagle_info import EagleVerifyInput
         from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
         reqs = self._live(requests)
@@ -383,7 +387,7 @@ class TinyBatchRunner:
             rows = torch.ones(n, p + n, dtype=torch.bool)
             rows[:, p:] = torch.tril(torch.ones(n, n, dtype=torch.bool))
             mask.append(rows.flatten())
-        spec_info = EagleVerifyInput(
+        spec_info = self._verify_input(
             draft_token=torch.tensor(input_ids, dtype=torch.long),
             custom_mask=torch.cat(mask),
             positions=torch.tensor(positions, dtype=torch.long),

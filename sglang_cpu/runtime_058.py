@@ -72,6 +72,10 @@ class TinyBatchRunner(_base.TinyBatchRunner):
         batch.token_to_kv_pool = self.token_to_kv_pool
         return batch
 
+    def _verify_input(self, **fields):
+        # 0.5.8 spells the tree arguments retrive_*
+        return super()._verify_input(**{k.replace("retrieve_", "retrive_"): v for k, v in fields.items()})
+
     def _run(self, batch):
         self.last_forward_batch = batch
         self.attn_backend.init_forward_metadata(batch)

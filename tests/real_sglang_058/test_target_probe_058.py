@@ -132,3 +132,29 @@ def test_058_graph_capture_forward_is_seen_through_its_capture_mode(dense, tmp_p
     [mismatch] = events(str(tmp_path), "eagle_probe.finding")
     assert mismatch["code"] == "graph_eager_layer_mismatch"
     assert mismatch["evidence"]["graph_layers"] == [1, 3, 4] and mismatch["evidence"]["eager_layers"] == [2, 4, 5]
+
+
+def test_058_outputs_bit_identical_with_and_without_the_probe(dense, tmp_path):
+    from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
+
+    model, runner = dense
+
+    def run_modes():
+        model.set_eagle3_layers_to_capture([1, 3, 4])
+        runner.reset()
+        outs = [runner.extend([TOKENS], capture_hidden_mode=CaptureHiddenMode.FULL)]
+        outs.append(runner.decode([11], capture_hidden_mode=CaptureHiddenMode.FULL))
+        outs.append(runner.target_verify([[12, 40, 41]]))
+        return [(o.next_token_logits.clone(), o.hidden_states.clone()) for o in outs]
+
+    eagle_probe.uninstall()
+    without = run_modes()
+    assert eagle_probe.install(env={"EAGLE_PROBE_LOG_DIR": str(tmp_path)})
+    try:
+        with_probe = run_modes()
+    finally:
+        eagle_probe.uninstall()
+    assert {f["mode"] for f in events(str(tmp_path), "eagle_probe.target.forward")} == {
+        "EXTEND", "DECODE", "TARGET_VERIFY"}
+    for (logits_a, aux_a), (logits_b, aux_b) in zip(without, with_probe):
+        assert torch.equal(logits_a, logits_b) and torch.equal(aux_a, aux_b)
