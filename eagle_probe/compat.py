@@ -37,7 +37,7 @@ def _target_status(integration, target, rules, supported, import_modules):
     dotted = f"{target.module}.{target.qualname}"
     expected = target_expected(target, rules)
     entry = {"integration": integration.name, "target": dotted, "expected": expected,
-             "inner_forward": target.inner_forward}
+             "inner_forward": target.inner_forward, "observes": target.observes}
     if not supported:
         entry.update(status="skipped", reason=f"SGLang outside the supported range {versions.SUPPORTED_RANGE_TEXT}")
         return entry
@@ -87,6 +87,7 @@ def compat_report(import_modules: bool = True, source_check: bool = False) -> di
         "sglang_version": sglang_version,
         "supported_range": versions.SUPPORTED_RANGE_TEXT,
         "supported": supported,
+        "rules_in_force": supported,  # outside the range nothing is wrapped; "rules" is the nearest row
         "off": off_summary(sglang_version) if sglang_version is not None else "all integrations (SGLang not installed)",
         "rules_range": versions.rules_range_text(rules),
         "rules": rules.as_dict(),
@@ -114,8 +115,12 @@ def render(report: dict) -> str:
         lines.append(f"  off: {report['off']}")
     rules = report["rules"]
     verified = f"verified on real code with {rules['tested']}" if rules["verified"] else "read from the source, not run here"
-    lines.append(f"rules in force: the row for {report['rules_range']} ({verified}; proven per release by the "
-                 "contract check)")
+    if report["supported"]:
+        lines.append(f"rules in force: the row for {report['rules_range']} ({verified}; proven per release by the "
+                     "contract check)")
+    else:  # nothing is wrapped, so no rule is applied; show the nearest row for orientation only
+        lines.append(f"rules in force: none (the probe stays off); nearest row of the table, {report['rules_range']}, "
+                     "for reference:")
     for key, value in rules.items():
         if key in ("verified", "tested", "first", "acceptance"):
             continue
@@ -128,6 +133,8 @@ def render(report: dict) -> str:
         width = max(len(t["integration"]) for t in report["targets"])
         for t in report["targets"]:
             reason = f": {t['reason']}" if t["reason"] else ""
+            if t["status"] == "skipped" and t["expected"] and report["supported"] and t.get("observes"):
+                reason += f"; off: {t['observes']}"
             lines.append(f"  {t['integration']:<{width}}  {t['status']:<8} {t['target']}{reason}")
     check = report.get("source_check")
     if check is not None:

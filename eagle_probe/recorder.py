@@ -16,7 +16,7 @@ from .analysis.acceptance import AcceptanceWindow, expected_mean_length, step_co
 from .analysis.layers import apply_capture_rule, capture_label, explain_mapping, parse_trained_layers
 from .config import ProbeConfig
 from .observations import CaptureConfigured, DraftForward, DraftLoaded, Finding, Ranks, TargetForward, VerifyStep
-from .versions import VersionRules
+from .versions import SUPPORTED_RANGE_TEXT, VersionRules
 from .events import (ACCEPTANCE as EV_ACCEPTANCE, CAPTURE_CONFIGURED as EV_CAPTURE_CONFIGURED,
                      CONFIG_ERROR as EV_CONFIG_ERROR, DRAFT_FORWARD as EV_DRAFT_FORWARD,
                      DRAFT_LOADED as EV_DRAFT_LOADED, FINDING as EV_FINDING, INTERNAL_ERROR as EV_INTERNAL_ERROR,
@@ -100,10 +100,14 @@ class Recorder:
 
     # -- inputs --------------------------------------------------------------------------------
 
-    def integration_skipped(self, integration: str, target: str, reason: str, expected: bool = True):
-        """A missing target the version table expects is a warning; one it says this release lacks is info."""
+    def integration_skipped(self, integration: str, target: str, reason: str, expected: bool = True, off: str = ""):
+        """A missing target the version table expects is a warning; one it says this release lacks is info.
+        Only this target stays unwrapped; the event says what the probe cannot report because of it."""
+        message = (f"{target} is not wrapped in SGLang {self.sglang_version} (supported range "
+                   f"{SUPPORTED_RANGE_TEXT}): {reason}" + (f"; off: {off}" if off else ""))
         self._emit("warning" if expected else "info", EV_SKIPPED, integration=integration, target=target,
-                       reason=reason, expected=expected, sglang_version=self.sglang_version)
+                   reason=reason, expected=expected, sglang_version=self.sglang_version,
+                   supported=SUPPORTED_RANGE_TEXT, off=off, message=message)
         if self.metrics is not None:
             self._metric("integration_skipped", integration, target)
         else:

@@ -117,11 +117,13 @@ def resolve_spec_v2_tokens_wrapper(wrapped, instance, args, kwargs):
 
 _OVERLAP_0_5_8 = "SchedulerOutputProcessorMixin._resolve_spec_overlap_token_ids"
 _OVERLAP_0_5_12 = "SchedulerOutputProcessorMixin._resolve_spec_overlap_tokens"
+_OFF_V1 = "per-step acceptance (events and spec metrics) on the v1 EAGLE worker"
+_OFF_V2 = "per-step acceptance (events and spec metrics) on the spec-v2 overlap worker"
 
 INTEGRATION = Integration("acceptance", (
-    PatchTarget(*V1_VERIFY, eagle_worker_verify_wrapper),
-    PatchTarget(OVERLAP_MIXIN, _OVERLAP_0_5_8, _overlap_wrapper(_OVERLAP_0_5_8)),
-    PatchTarget(OVERLAP_MIXIN, _OVERLAP_0_5_12, _overlap_wrapper(_OVERLAP_0_5_12)),
+    PatchTarget(*V1_VERIFY, eagle_worker_verify_wrapper, observes=_OFF_V1),
+    PatchTarget(OVERLAP_MIXIN, _OVERLAP_0_5_8, _overlap_wrapper(_OVERLAP_0_5_8), observes=_OFF_V2),
+    PatchTarget(OVERLAP_MIXIN, _OVERLAP_0_5_12, _overlap_wrapper(_OVERLAP_0_5_12), observes=_OFF_V2),
     PatchTarget(BATCH_RESULT_PROCESSOR, "SchedulerBatchResultProcessor._resolve_spec_v2_tokens",
-                resolve_spec_v2_tokens_wrapper),
+                resolve_spec_v2_tokens_wrapper, observes=_OFF_V2),
 ))

@@ -20,6 +20,7 @@ class PatchTarget:
     qualname: str  # "Class.method" or "function"
     wrapper: Callable  # wrapt signature: (wrapped, instance, args, kwargs)
     inner_forward: bool = False  # an inner model forward: off under torch.compile / piecewise graphs
+    observes: str = ""  # what the probe cannot report while this target is not wrapped
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,7 @@ class Patcher:
                 STATE.recorder.integration_skipped(
                     integration.name, f"{target.module}.{target.qualname}",
                     f"not found in installed SGLang: {exc}" + ("" if expected else "; the version table says so"),
-                    expected=expected)
+                    expected=expected, off=target.observes)
             return
         proxy = wrapt.FunctionWrapper(original, target.wrapper)
         setattr(owner, attr, proxy)

@@ -177,6 +177,10 @@ def model_forward_wrapper(wrapped, instance, args, kwargs):
 
 
 INTEGRATION = Integration("deepseek_v2", (
-    PatchTarget(MODULE, "DeepseekV2ForCausalLM.set_eagle3_layers_to_capture", set_eagle3_layers_to_capture_wrapper),
-    PatchTarget(MODULE, "DeepseekV2Model.forward", model_forward_wrapper, inner_forward=True),
+    PatchTarget(MODULE, "DeepseekV2ForCausalLM.set_eagle3_layers_to_capture", set_eagle3_layers_to_capture_wrapper,
+                observes="capture set-up events (requested ids, captured layers, graph set-up calls) and the "
+                         "findings built on them"),
+    PatchTarget(MODULE, "DeepseekV2Model.forward", model_forward_wrapper, inner_forward=True,
+                observes="target forward events (path, TBO, aux count, format and shapes) and the findings "
+                         "built on them"),
 ))

@@ -128,10 +128,13 @@ def load_weights_wrapper(wrapped, instance, args, kwargs):
 
 
 INTEGRATION = Integration("llama_eagle3", (
-    PatchTarget(LLAMA_EAGLE3, "LlamaModel.forward", draft_forward_wrapper, inner_forward=True),
-    PatchTarget(LLAMA_EAGLE3, "LlamaForCausalLMEagle3.load_weights", load_weights_wrapper),
+    PatchTarget(LLAMA_EAGLE3, "LlamaModel.forward", draft_forward_wrapper, inner_forward=True,
+                observes="draft forward events (incoming aux width, fc ran or skipped) and fc findings"),
+    PatchTarget(LLAMA_EAGLE3, "LlamaForCausalLMEagle3.load_weights", load_weights_wrapper,
+                observes="draft config facts and checkpoint weights no parameter takes"),
 ))
 
 KIMI_INTEGRATION = Integration("kimi_k25_eagle3", (
-    PatchTarget(KIMI_EAGLE3, "Eagle3MLAModel.forward", draft_forward_wrapper, inner_forward=True),
+    PatchTarget(KIMI_EAGLE3, "Eagle3MLAModel.forward", draft_forward_wrapper, inner_forward=True,
+                observes="Kimi-K2.5 draft forward events (incoming aux width, fc ran or skipped)"),
 ))

@@ -19,5 +19,6 @@ def load_model_wrapper(wrapped, instance, args, kwargs):
 
 
 INTEGRATION = Integration("model_runner", (
-    PatchTarget("sglang.srt.model_executor.model_runner", "ModelRunner.load_model", load_model_wrapper),
+    PatchTarget("sglang.srt.model_executor.model_runner", "ModelRunner.load_model", load_model_wrapper,
+                observes="the process role (target or draft) on events"),
 ))

@@ -226,3 +226,32 @@ def test_uninstall_restores_exact_originals():
     assert ds.DeepseekV2Model.__dict__["forward"] is forward
     assert ds.DeepseekV2ForCausalLM.__dict__["set_eagle3_layers_to_capture"] is setter
     assert "set_eagle3_layers_to_capture" not in vars(ds.DeepseekV3ForCausalLM)  # nothing copied down
+
+
+def test_missing_target_stays_off_with_one_event_and_the_rest_runs(dense, tmp_path, monkeypatch):
+    """A release without a target the version table expects (here: 0.5.23's classes with the setter removed):
+    that target stays unwrapped, one warning names the release, the range and what is off, the rest works."""
+    import sglang.srt.models.deepseek_v2 as ds
+
+    model, runner = dense
+    model.set_eagle3_layers_to_capture([1, 3, 4])
+    expected = run_all_modes(runner)
+    eagle_probe.uninstall()
+    monkeypatch.delattr(ds.DeepseekV2ForCausalLM, "set_eagle3_layers_to_capture")
+    try:
+        assert eagle_probe.install(env={"EAGLE_PROBE_LOG_DIR": str(tmp_path)})
+        target = "sglang.srt.models.deepseek_v2.DeepseekV2ForCausalLM.set_eagle3_layers_to_capture"
+        assert target not in eagle_probe.patched_targets()
+        assert "sglang.srt.models.deepseek_v2.DeepseekV2Model.forward" in eagle_probe.patched_targets()
+        got = run_all_modes(runner)
+    finally:
+        eagle_probe.uninstall()
+    for (logits_a, aux_a), (logits_b, aux_b) in zip(expected, got):
+        assert torch.equal(logits_a, logits_b) and torch.equal(aux_a, aux_b)
+    logs = ProbeLogs(str(tmp_path))
+    [skipped] = logs.events("eagle_probe.integration.skipped")
+    assert skipped["target"] == target and skipped["level"] == "warning" and skipped["expected"] is True
+    assert skipped["sglang_version"] == "0.5.23" and skipped["supported"] == "0.5.8 to 0.5.23"
+    assert skipped["off"].startswith("capture set-up events") and skipped["off"] in skipped["message"]
+    assert {f["mode"] for f in logs.events("eagle_probe.target.forward")} >= {"EXTEND", "DECODE", "TARGET_VERIFY"}
+    assert not logs.events("eagle_probe.capture.configured") and not logs.events("eagle_probe.internal_error")

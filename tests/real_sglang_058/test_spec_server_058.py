@@ -179,6 +179,21 @@ def test_no_graph_findings_without_the_warm_up_and_no_internal_errors(v1, v2):
         assert started and {s["sglang_version"] for s in started} == {"0.5.8"}
 
 
+def test_targets_0_5_8_lacks_are_skipped_with_one_info_event_per_process(run):
+    """0.5.8's scheduler has the overlap mixin but not 0.5.12's _resolve_spec_overlap_tokens: the version table
+    says so, so its skip is info (nothing is lost: 0.5.8's own resolver is wrapped) and names the release."""
+    missing = ("sglang.srt.managers.scheduler_output_processor_mixin.SchedulerOutputProcessorMixin"
+               "._resolve_spec_overlap_tokens")
+    skipped = _of(run, "eagle_probe.integration.skipped")
+    assert skipped and {s["target"] for s in skipped} == {missing}
+    assert len({s["pid"] for s in skipped}) == len(skipped)  # once per process that imported the mixin
+    for event in skipped:
+        assert event["level"] == "info" and event["expected"] is False
+        assert event["sglang_version"] == "0.5.8" and event["supported"] == versions.SUPPORTED_RANGE_TEXT
+        assert "the version table says so" in event["reason"]
+    assert {a["pid"] for a in _of(run, "eagle_probe.acceptance")} <= {s["pid"] for s in skipped}
+
+
 # ------------------------------------------------- eagle-probe compat against what the servers did
 
 
