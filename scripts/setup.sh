@@ -1,20 +1,22 @@
 #!/usr/bin/env bash
 # Create or reuse a virtual environment with a pinned SGLang release (CPU-capable) and this project in it.
 #   bash scripts/setup.sh          -> .venv/        SGLang 0.5.23 (the main one)
-#   bash scripts/setup.sh 0.5.8    -> .venv-0.5.8/  SGLang 0.5.8 (the oldest supported release's test tier)
+#   bash scripts/setup.sh 0.5.8    -> .venv-0.5.8/  SGLang 0.5.8 (the oldest supported release's test tier), and
+#                                     .venv-0.5.8/outside-range/ with SGLang 0.5.7 (the release before the range)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 release=${1:-0.5.23}
+extra=()
 case "$release" in
   0.5.23) venv=.venv ;;
-  0.5.8) venv=.venv-0.5.8 ;;
+  0.5.8) venv=.venv-0.5.8; extra=(requirements/sglang-outside-range.txt) ;;
   *) echo "eagle-probe setup: unknown release '$release' (accepted: 0.5.23, 0.5.8)" >&2; exit 2 ;;
 esac
 runtime=requirements/runtime-$release.txt
 nodeps=requirements/sglang-$release-nodeps.txt
 PY=${PYTHON:-python3}
 stamp=$venv/.eagle-probe-setup
-want=$(cat "$runtime" "$nodeps" setup.cfg pyproject.toml | sha256sum | cut -d' ' -f1)
+want=$(cat "$runtime" "$nodeps" "${extra[@]}" setup.cfg pyproject.toml | sha256sum | cut -d' ' -f1)
 if [ -x "$venv/bin/python" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi
@@ -33,6 +35,9 @@ pip_q -r "$runtime"
 # imports are met by the test-only stand-in in sglang_cpu/shims_058.py).
 pip_q --no-deps -r "$nodeps"
 pip_q --no-deps -e .
+for pins in "${extra[@]}"; do  # not importable from the venv itself: only with PYTHONPATH set to it
+  pip_q --no-deps --upgrade --target "$venv/outside-range" -r "$pins"
+done
 "$venv/bin/python" -c "import sglang, torch, transformers, eagle_probe, wrapt, structlog, prometheus_client
 assert sglang.__version__ == '$release', sglang.__version__" \
   || { echo "eagle-probe setup: $venv is incomplete (see pip output above)" >&2; exit 1; }

@@ -27,12 +27,34 @@ def _install_vllm_rotary_stand_in():
     vllm._custom_ops = custom_ops
     sys.modules.setdefault("vllm", vllm)
     sys.modules.setdefault("vllm._custom_ops", custom_ops)
+    # SGLang 0.5.7's activation and layernorm modules re-import their classes from vllm at their end on such
+    # a machine; hand back SGLang's own classes (defined above that import), so the import changes nothing.
+    for name in ("vllm.model_executor", "vllm.model_executor.layers"):
+        package = types.ModuleType(name)
+        package.__path__ = []
+        sys.modules.setdefault(name, package)
+    for leaf in ("activation", "layernorm"):
+        sys.modules.setdefault(f"vllm.model_executor.layers.{leaf}", _sglang_own_classes(leaf))
+
+
+def _sglang_own_classes(leaf):
+    module = types.ModuleType(f"vllm.model_executor.layers.{leaf}")
+    home = f"sglang.srt.layers.{leaf}"
+
+    def sglang_own(name):
+        if name[:1].isupper() and home in sys.modules and hasattr(sys.modules[home], name):
+            return getattr(sys.modules[home], name)
+        raise AttributeError(name)
+
+    module.__getattr__ = sglang_own
+    return module
 
 
 def _route_torch_native_to_absorbed_mla(module):
     # torch_native has no DeepSeek handler; the Triton fallback picks MHA for fresh prefills,
     # which torch_native cannot run against the compressed MLA cache.
-    module.AttentionBackendRegistry.register("torch_native", module._dispatch_mla_subtype)
+    if hasattr(module, "AttentionBackendRegistry") and hasattr(module, "_dispatch_mla_subtype"):
+        module.AttentionBackendRegistry.register("torch_native", module._dispatch_mla_subtype)
 
 
 def _skip_kv_copy_warmup(module):
@@ -57,12 +79,11 @@ def apply():
         return
     _applied = True
     _install_vllm_rotary_stand_in()
-    if installed_sglang().startswith("0.5.8"):
+    if installed_sglang().startswith(("0.5.7", "0.5.8")):  # 0.5.7: the outside-range test's release
         from sglang_cpu import shims_058
 
         shims_058.apply()
-    wrapt.register_post_import_hook(
-        _route_torch_native_to_absorbed_mla,
-        "sglang.srt.models.deepseek_common.attention_backend_handler",
-    )
+    # The DeepSeek attention registry's home: deepseek_common from 0.5.8, deepseek_v2 itself in 0.5.7.
+    for home in ("sglang.srt.models.deepseek_common.attention_backend_handler", "sglang.srt.models.deepseek_v2"):
+        wrapt.register_post_import_hook(_route_torch_native_to_absorbed_mla, home)
     wrapt.register_post_import_hook(_skip_kv_copy_warmup, "sglang.srt.mem_cache.memory_pool")
