@@ -246,6 +246,11 @@ def acceptance_hook(target: str, rules: Optional[VersionRules] = None) -> Option
     return None
 
 
+def graph_setup_callers() -> frozenset:
+    """Every SGLang function any release's row lists as configuring capture during CUDA-graph set-up."""
+    return frozenset(caller for rules in RULES for caller in rules.graph_setup_callers)
+
+
 def capture_flag_modules() -> Tuple[str, ...]:
     """Homes of SGLang's get_is_capture_mode(), newest first (for code that looks in sys.modules)."""
     return tuple(dict.fromkeys(rules.capture_flag_module for rules in reversed(RULES)))

@@ -8,6 +8,7 @@ these methods are covered by the same wrappers.
 import sys
 import weakref
 
+from .. import versions
 from ..analysis.layers import split_layers
 from ..observations import CaptureConfigured, TargetForward
 from ..roles import role_of
@@ -17,9 +18,9 @@ from .capture_state import is_capturing
 
 MODULE = "sglang.srt.models.deepseek_v2"
 
-# Callers that configure capture while CUDA graphs are being set up (0.5.8 calls the setter with no
-# ids from CudaGraphRunner.__init__ and from ModelRunner._dummy_run).
-_GRAPH_SETUP_MARKERS = ("CudaGraphRunner.", "._dummy_run", "capture_one_batch_size")
+# Callers that configure capture while CUDA graphs are being set up come from the version table
+# (0.5.8 to 0.5.10.post1: CudaGraphRunner.__init__ and ModelRunner._dummy_run, with no ids).
+_GRAPH_SETUP_CALLERS = versions.graph_setup_callers()
 _OWN_FILES = ("/eagle_probe/", "/wrapt/")
 
 
@@ -52,7 +53,7 @@ def _observe_capture_config(instance, layer_ids):
         end_layer=int(getattr(inner, "end_layer", num_layers)),
         is_last_pp_stage=bool(getattr(pp_group, "is_last_rank", True)),
         caller=chain[0] if chain else "?",
-        during_graph_setup=any(marker in name for name in chain for marker in _GRAPH_SETUP_MARKERS),
+        during_graph_setup=any(name in _GRAPH_SETUP_CALLERS for name in chain),
     ))
 
 
