@@ -275,7 +275,8 @@ class SGLangServer:
 def compat_report(python=None, with_cpu_shims=True, pythonpath_prefix=(), with_text=False) -> dict:
     """`eagle-probe compat --format json` for the SGLang that `python` imports, run in a fresh process that
     sees what a CPU server process sees (the CPU shims on PYTHONPATH) unless with_cpu_shims is False.
-    Adds `exit_status`, and with with_text `text` (the same report as printed for people)."""
+    Adds `exit_status`, and with with_text `text` (the report as `compat` prints it for people, rendered from
+    the same JSON)."""
     env = dict(os.environ)
     parts = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != SITE_DIR]
     env["PYTHONPATH"] = os.pathsep.join([*pythonpath_prefix, *([SITE_DIR] if with_cpu_shims else []), *parts])
@@ -287,6 +288,7 @@ def compat_report(python=None, with_cpu_shims=True, pythonpath_prefix=(), with_t
     report = json.loads(done.stdout)
     report["exit_status"] = done.returncode
     if with_text:
-        report["text"] = subprocess.run([python or sys.executable, "-m", "eagle_probe", "compat"], env=env,
-                                        capture_output=True, text=True, timeout=300).stdout
+        from eagle_probe.compat import render
+
+        report["text"] = render(report)
     return report

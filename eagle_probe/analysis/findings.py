@@ -85,13 +85,14 @@ def _duplicates(indices: Sequence[int]) -> List[int]:
     return repeated
 
 
-def _duplicate_cause(indices: Sequence[int]) -> str:
-    # SGLang's layer loop appends a layer's output once, however often its index is listed.
-    repeated = _duplicates(indices)
-    if not repeated:
-        return ""
-    return (f"; index {', '.join(map(str, repeated))} is listed more than once and SGLang captures each layer "
-            f"once (e.g. 0.5.8's defaults [2, n//2, n-3] repeat 3 when n = 6): give distinct ids")
+def _aux_count_causes(obs: TargetForward, repeated: List[int]) -> str:
+    """What explains a short aux count: slots lost to TBO, and indices listed more than once (SGLang's layer
+    loop appends a layer's output once, however often its index is listed)."""
+    causes = f"; lost to TBO: {list(obs.lost)}" if obs.lost else ""
+    if repeated:
+        causes += (f"; index {', '.join(map(str, repeated))} is listed more than once and SGLang captures each "
+                   f"layer once (e.g. 0.5.8's defaults [2, n//2, n-3] repeat 3 when n = 6): give distinct ids")
+    return causes
 
 
 def forward_findings(obs: TargetForward) -> List[Finding]:
@@ -107,23 +108,22 @@ def forward_findings(obs: TargetForward) -> List[Finding]:
             lost=list(obs.lost), kept=kept, layers_to_capture=list(obs.layers_to_capture),
             tbo_range=list(obs.tbo_range), mode=obs.mode, path=obs.path))
     if obs.aux_returned is not None and obs.aux_returned != obs.aux_expected:
+        repeated = _duplicates(obs.layers_to_capture)
         findings.append(_finding(
             AUX_COUNT_MISMATCH,
             f"{obs.model_class} {obs.mode}: returned {obs.aux_returned} aux hidden states, "
-            f"configured {obs.aux_expected} ({list(obs.layers_to_capture)})"
-            + (f"; lost to TBO: {list(obs.lost)}" if obs.lost else "") + _duplicate_cause(obs.layers_to_capture) + ".",
+            f"configured {obs.aux_expected} ({list(obs.layers_to_capture)}){_aux_count_causes(obs, repeated)}.",
             returned=obs.aux_returned, expected=obs.aux_expected,
-            layers_to_capture=list(obs.layers_to_capture), duplicated=_duplicates(obs.layers_to_capture),
-            mode=obs.mode, path=obs.path))
+            layers_to_capture=list(obs.layers_to_capture), duplicated=repeated, mode=obs.mode, path=obs.path))
     elif obs.error and "aux hidden states" in obs.error:
         # 0.5.23's packer raises "captured X of K aux hidden states" instead of returning fewer.
+        repeated = _duplicates(obs.layers_to_capture)
         findings.append(_finding(
             AUX_COUNT_MISMATCH,
             f"{obs.model_class} {obs.mode}: SGLang raised '{obs.error}' with layers_to_capture "
-            f"{list(obs.layers_to_capture)}"
-            + (f"; lost to TBO: {list(obs.lost)}" if obs.lost else "") + _duplicate_cause(obs.layers_to_capture) + ".",
+            f"{list(obs.layers_to_capture)}{_aux_count_causes(obs, repeated)}.",
             error=obs.error, expected=obs.aux_expected, layers_to_capture=list(obs.layers_to_capture),
-            duplicated=_duplicates(obs.layers_to_capture), mode=obs.mode, path=obs.path))
+            duplicated=repeated, mode=obs.mode, path=obs.path))
     return findings
 
 
