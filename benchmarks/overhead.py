@@ -1,6 +1,6 @@
 """Added time per target forward, draft forward and verify step: SGLang's real classes, with and without the probe.
 
-Run:  .venv/bin/python benchmarks/overhead.py [--rounds 30] [--block 20]
+Run:  .venv/bin/python benchmarks/overhead.py [--rounds 30] [--block 20] [--json]
 
 Both variants run in this one process, interleaved in blocks (uninstall / install between blocks), on the
 same prepared batches, so drift on the machine hits both alike. Two figures per forward mode:
@@ -16,6 +16,7 @@ GenerationBatchResult), probe active against the bare call, median per call: the
 """
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -29,7 +30,9 @@ from sglang_cpu import shims  # noqa: E402
 shims.apply()
 
 import eagle_probe  # noqa: E402
-from eagle_probe.integrations.deepseek_v2 import model_forward_wrapper  # noqa: E402
+from eagle_probe.runtime.integrations.deepseek_v2 import model_forward_wrapper  # noqa: E402
+
+VERIFY_BATCHES = (1, 16, 64, 128)
 
 
 def prepare(runner):
@@ -86,7 +89,7 @@ def probe_work(inner, batch, result, n):
 
 def probe_work_in_situ(runner, batch, n):
     """Time the wrapper's before/after steps inside real forwards (the wrapper looks them up at call time)."""
-    from eagle_probe.integrations import deepseek_v2 as wrappers
+    from eagle_probe.runtime.integrations import deepseek_v2 as wrappers
 
     before, after = wrappers._before_forward, wrappers._after_forward
     spent, baseline = [], []
@@ -141,8 +144,8 @@ def draft_and_acceptance(runner, target_config, n):
     from sglang.srt.speculative.eagle_info import EagleDraftInput
     from transformers import LlamaConfig
 
-    from eagle_probe.integrations.acceptance import resolve_spec_v2_tokens_wrapper
-    from eagle_probe.integrations.llama_eagle3 import draft_forward_wrapper
+    from eagle_probe.runtime.integrations.acceptance import wrapper_for
+    from eagle_probe.runtime.integrations.llama_eagle3 import draft_forward_wrapper
     from sglang_cpu.draft_models import eagle3_draft_config
 
     rows = []
@@ -156,7 +159,8 @@ def draft_and_acceptance(runner, target_config, n):
 
     bare, probed = paired_median_ns(lambda: returns(*args), lambda: draft_forward_wrapper(returns, draft, args, {}), n)
     rows.append(("draft forward", 0, (probed - bare) / 1000))
-    for batch_size in (1, 16, 128):
+    resolve_spec_v2_tokens_wrapper = wrapper_for("SchedulerBatchResultProcessor._resolve_spec_v2_tokens")
+    for batch_size in VERIFY_BATCHES:
         reqs = [Req(f"r{i}", "", array("i", [1, 2, 3]), SamplingParams(max_new_tokens=64)) for i in range(batch_size)]
         schedule_batch = ScheduleBatch(reqs=reqs)
         result = GenerationBatchResult()
@@ -169,10 +173,29 @@ def draft_and_acceptance(runner, target_config, n):
     return rows
 
 
+def flush_cost_us(n):
+    """One flush of everything counted (forwards, draft forwards, a verify step's acceptance), median µs: the work
+    moved off the hot path, done every flush interval by the probe's background thread."""
+    from eagle_probe.runtime.state import STATE
+
+    recorder = STATE.recorder
+    times = []
+    for i in range(n):
+        recorder.forward_repeated(("target", "EXTEND", "eager", "false"), 0)
+        recorder.forward_repeated(("target", "DECODE", "eager", "false"), 0)
+        recorder.draft_repeated(("DECODE", "eager", "skipped"))
+        recorder.acceptance.add([i % 3, 2, 1, 0], 2, "benchmark")
+        start = time.perf_counter_ns()
+        recorder.flush_metrics()
+        times.append(time.perf_counter_ns() - start)
+    return statistics.median(times) / 1000
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--block", type=int, default=20)
+    parser.add_argument("--json", action="store_true", help="print one JSON object of the figures as the last line")
     args = parser.parse_args()
 
     from sglang_cpu.runtime import TinyBatchRunner, build_deepseek, init_runtime
@@ -184,6 +207,8 @@ def main():
     runner = TinyBatchRunner(model, max_tokens=4096)
     log_dir = tempfile.mkdtemp(prefix="eagle-probe-bench-")
     probe_env = {"EAGLE_PROBE_LOG_DIR": log_dir}  # default settings otherwise
+    figures = {"target_forward_hot_us": {}, "target_forward_in_situ_us": {}, "target_forward_added_us": {},
+               "target_forward_ratio": {}, "verify_step_us": {}}
 
     print(f"sglang tiny DeepSeek-V3 (6 layers, hidden {model.config.hidden_size}), CPU, "
           f"{args.rounds} rounds x {args.block} forwards per variant and mode, interleaved")
@@ -210,12 +235,24 @@ def main():
         with_ = statistics.median(samples[True]) / 1000
         print(f"{mode:<14}{without:>12.1f}{with_:>12.1f}{with_ - without:>11.1f}{with_ / without:>8.3f}"
               f"{work_us:>14.2f}{situ / 1000:>12.2f}{base / 1000:>15.2f}")
+        figures["target_forward_hot_us"][mode] = round(work_us, 2)
+        figures["target_forward_in_situ_us"][mode] = round(situ / 1000, 2)
+        figures["target_forward_added_us"][mode] = round(with_ - without, 1)
+        figures["target_forward_ratio"][mode] = round(with_ / without, 4)
     eagle_probe.install(env=probe_env)
     print(f"\n{'probe path':<16}{'batch':>7}{'added us (hot)':>16}")
     for name, batch_size, added in draft_and_acceptance(runner, model.config, 3000):
         print(f"{name:<16}{batch_size or '-':>7}{added:>16.2f}")
+        if name == "draft forward":
+            figures["draft_forward_us"] = round(added, 2)
+        else:
+            figures["verify_step_us"][str(batch_size)] = round(added, 2)
+    figures["flush_us"] = round(flush_cost_us(500), 2)
+    print(f"flush of everything counted: {figures['flush_us']:.2f} us (every flush interval, off the hot path)")
     eagle_probe.uninstall()
     print(f"probe logs: {log_dir}")
+    if args.json:
+        print(json.dumps(figures, sort_keys=True))
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Dashboards as code (standard library only): writes the Grafana dashboard and the Prometheus alert rules.
+"""Dashboards as code (standard library and the probe's pure analysis package only): writes the Grafana dashboard
+and the Prometheus alert rules.
 
     python dashboards/generate.py          # rewrite dashboards/eagle-probe.json and dashboards/prometheus/alerts.yml
     python dashboards/generate.py --check  # exit 1 when the committed files differ from this generator's output
@@ -17,6 +18,10 @@ import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+from eagle_probe.analysis.findings import MISMATCH_CODES  # noqa: E402  (one source for the codes alerts select)
+
 DASHBOARD_PATH = os.path.join(HERE, "eagle-probe.json")
 ALERTS_PATH = os.path.join(HERE, "prometheus", "alerts.yml")
 
@@ -30,9 +35,6 @@ SGLANG_ACCEPT_LENGTH = "sglang:spec_accept_length|sglang_spec_accept_length"
 RANK = "instance, tp_rank"
 RI = "$__rate_interval"
 
-# Finding codes that mean the draft is fed other layers or shapes than it expects.
-MISMATCH_CODES = ("layer_mismatch", "fc_width_mismatch", "aux_count_mismatch", "graph_eager_layer_mismatch",
-                  "capture_id_unreachable", "fc_skipped", "pp_stage_no_capture")
 COLLAPSE_THRESHOLD = 0.3  # position-0 acceptance rate; healthy EAGLE-3 drafts accept 0.6-0.9 at position 0
 
 
@@ -121,8 +123,10 @@ def panels():
         4, "Drafts and verify steps per second",
         "Request-steps that proposed draft tokens, and verify batches, per second and rank: the denominators of the "
         "acceptance panels (no drafts, no acceptance).",
-        [target(f"sum by ({RANK}) (rate(eagle_probe_spec_drafts_total{{{SEL}}}[{RI}]))", "drafts {{instance}} tp{{tp_rank}}", "A"),
-         target(f"sum by ({RANK}) (rate(eagle_probe_spec_verify_steps_total{{{SEL}}}[{RI}]))", "verify steps {{instance}} tp{{tp_rank}}", "B")],
+        [target(f"sum by ({RANK}) (rate(eagle_probe_spec_drafts_total{{{SEL}}}[{RI}]))",
+                "drafts {{instance}} tp{{tp_rank}}", "A"),
+         target(f"sum by ({RANK}) (rate(eagle_probe_spec_verify_steps_total{{{SEL}}}[{RI}]))",
+                "verify steps {{instance}} tp{{tp_rank}}", "B")],
         grid=(12, y, 12, 8), unit="ops", custom=custom, options=options))
     y += 8
     out.append(row(101, "Capture configuration and shapes", y))
@@ -135,16 +139,20 @@ def panels():
         [target(f"max by ({RANK}, pp_rank, dp_rank, role, slot, capture_index, hf_index, label) "
                 f"(eagle_probe_capture_layer_info{{{SEL_ROLE}}}) == 1", instant=True, fmt="table")],
         kind="table", grid=(0, y, 12, 8),
-        extra=table_options(hidden=("Time", "Value"), rename={"capture_index": "capture index", "hf_index": "hidden_states index"}),
+        extra=table_options(hidden=("Time", "Value"),
+                            rename={"capture_index": "capture index", "hf_index": "hidden_states index"}),
         options={"showHeader": True, "sortBy": [{"displayName": "tp_rank"}]}))
     custom, options = ts_options()
     out.append(panel(
         6, "Aux width per rank",
         "Packed aux hidden-state width per token the target produced (K x hidden size), the width entering the "
         "draft, and the input width of the draft's fc. They must agree (target aux width = draft fc input).",
-        [target(f"max by ({RANK}, role, path) (eagle_probe_aux_width{{{SEL_ROLE}}})", "target aux {{instance}} tp{{tp_rank}} {{role}} {{path}}", "A"),
-         target(f"max by ({RANK}, path) (eagle_probe_draft_input_width{{{SEL}}})", "draft input {{instance}} tp{{tp_rank}} {{path}}", "B"),
-         target(f"max by ({RANK}) (eagle_probe_draft_fc_in_width{{{SEL}}})", "draft fc in {{instance}} tp{{tp_rank}}", "C")],
+        [target(f"max by ({RANK}, role, path) (eagle_probe_aux_width{{{SEL_ROLE}}})",
+                "target aux {{instance}} tp{{tp_rank}} {{role}} {{path}}", "A"),
+         target(f"max by ({RANK}, path) (eagle_probe_draft_input_width{{{SEL}}})",
+                "draft input {{instance}} tp{{tp_rank}} {{path}}", "B"),
+         target(f"max by ({RANK}) (eagle_probe_draft_fc_in_width{{{SEL}}})",
+                "draft fc in {{instance}} tp{{tp_rank}}", "C")],
         grid=(12, y, 12, 8), unit="short", custom=custom, options=options))
     y += 8
     custom, options = ts_options(stack=True)
@@ -163,7 +171,8 @@ def panels():
         8, "Aux hidden states returned",
         "Aux hidden states the target's last forward returned, per rank and path (should equal the number of "
         "configured slots, normally 3).",
-        [target(f"max by ({RANK}, role, path) (eagle_probe_aux_states{{{SEL_ROLE}}})", "{{instance}} tp{{tp_rank}} {{role}} {{path}}")],
+        [target(f"max by ({RANK}, role, path) (eagle_probe_aux_states{{{SEL_ROLE}}})",
+                "{{instance}} tp{{tp_rank}} {{role}} {{path}}")],
         grid=(12, y, 12, 8), unit="short", custom=custom, options=options))
     y += 8
     out.append(row(102, "Problems", y))
@@ -173,13 +182,15 @@ def panels():
         9, "Captures lost (Two-Batch-Overlap)",
         "Capture slots that fell in the layers Two-Batch-Overlap runs (which never capture): total since each "
         "process started, per rank. Anything above 0 means the draft got fewer aux states on TBO batches.",
-        [target(f"sum by ({RANK}, role, mode) (eagle_probe_captures_lost_total{{{SEL_ROLE}}})", "{{instance}} tp{{tp_rank}} {{role}} {{mode}}")],
+        [target(f"sum by ({RANK}, role, mode) (eagle_probe_captures_lost_total{{{SEL_ROLE}}})",
+                "{{instance}} tp{{tp_rank}} {{role}} {{mode}}")],
         grid=(0, y, 8, 8), unit="short", custom=custom, options=options))
     out.append(panel(
         10, "Findings by code",
         "Findings the probe emitted since each process started, by code, severity and role (see the README's "
         "Findings table; the JSON log line eagle_probe.finding carries the message and evidence).",
-        [target(f"sum by ({RANK}, code, severity, role) (eagle_probe_findings_total{{{SEL_ROLE}}})", instant=True, fmt="table")],
+        [target(f"sum by ({RANK}, code, severity, role) (eagle_probe_findings_total{{{SEL_ROLE}}})",
+                instant=True, fmt="table")],
         kind="table", grid=(8, y, 8, 8), extra=table_options(rename={"Value": "count"}),
         options={"showHeader": True, "sortBy": [{"displayName": "count", "desc": True}]}))
     custom, options = ts_options(bars=True)
@@ -187,13 +198,15 @@ def panels():
         11, "Probe internal errors",
         "Exceptions inside the probe, by site (never raised into SGLang; the first per site is logged as "
         "eagle_probe.internal_error). Should stay at 0.",
-        [target(f"sum by ({RANK}, where) (eagle_probe_internal_errors_total{{{SEL}}})", "{{instance}} tp{{tp_rank}} {{where}}")],
+        [target(f"sum by ({RANK}, where) (eagle_probe_internal_errors_total{{{SEL}}})",
+                "{{instance}} tp{{tp_rank}} {{where}}")],
         grid=(16, y, 8, 8), unit="short", custom=custom, options=options))
     y += 8
     out.append(panel(
         12, "Probe per rank",
         "Probe and SGLang versions and the capture-id rule in effect, per rank (one row per live process).",
-        [target(f"max by ({RANK}, pp_rank, dp_rank, probe_version, sglang_version, rules) (eagle_probe_info{{{SEL}}})", instant=True, fmt="table", ref="A")],
+        [target(f"max by ({RANK}, pp_rank, dp_rank, probe_version, sglang_version, rules) (eagle_probe_info{{{SEL}}})",
+                instant=True, fmt="table", ref="A")],
         kind="table", grid=(0, y, 24, 6), extra=table_options(hidden=("Time", "Value")), options={"showHeader": True}))
     return out
 
@@ -201,7 +214,7 @@ def panels():
 def variables():
     def query_var(name, label, query):
         return {"name": name, "label": label, "type": "query", "datasource": DS,
-                "query": {"query": query, "refId": f"PrometheusVariableQueryEditor-VariableQuery"},
+                "query": {"query": query, "refId": "PrometheusVariableQueryEditor-VariableQuery"},
                 "definition": query, "refresh": 2, "includeAll": True, "multi": True, "allValue": ".*",
                 "current": {"selected": True, "text": ["All"], "value": ["$__all"]}, "sort": 3, "regex": "",
                 "hide": 0, "options": []}
@@ -253,10 +266,12 @@ def alerts():
     lost = "sum by (instance, tp_rank, role, mode) (eagle_probe_captures_lost_total)"
     errors = "sum by (instance, tp_rank, where) (eagle_probe_internal_errors_total)"
     return [
-        dict(alert="EagleProbeAcceptanceCollapse", expr=f"({pos0}) < {COLLAPSE_THRESHOLD}\nand on (instance, tp_rank)\n({drafts}) > 0",
+        dict(alert="EagleProbeAcceptanceCollapse",
+             expr=f"({pos0}) < {COLLAPSE_THRESHOLD}\nand on (instance, tp_rank)\n({drafts}) > 0",
              signal=pos0, **{"for": "10m"}, severity="critical",
              summary="EAGLE-3 acceptance collapsed on {{ $labels.instance }} tp_rank {{ $labels.tp_rank }}",
-             description=f"Position-0 acceptance rate is {{{{ $value | humanizePercentage }}}} (under {COLLAPSE_THRESHOLD:.0%}) "
+             description=f"Position-0 acceptance rate is {{{{ $value | humanizePercentage }}}} "
+                         f"(under {COLLAPSE_THRESHOLD:.0%}) "
                          "for 10 minutes while drafts are being made. Check the captured layers per rank and "
                          "the findings (layer_mismatch, fc_width_mismatch, tbo_capture_lost)."),
         dict(alert="EagleProbeLayerOrShapeMismatch", expr=f"{mismatch} > 0", signal=mismatch, **{"for": "0m"},
@@ -272,7 +287,8 @@ def alerts():
         dict(alert="EagleProbeInternalErrors", expr=f"{errors} > 0", signal=errors, **{"for": "0m"}, severity="warning",
              summary="eagle-probe internal errors at {{ $labels.where }} on {{ $labels.instance }}",
              description="{{ $value }} exceptions inside the probe at {{ $labels.where }} (never raised into SGLang; "
-                         "the probe's data for that site may be missing). See the eagle_probe.internal_error log line."),
+                         "the probe's data for that site may be missing). "
+                         "See the eagle_probe.internal_error log line."),
     ]
 
 

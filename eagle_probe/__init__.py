@@ -1,109 +1,26 @@
 """eagle-probe: runtime instrumentation for SGLang EAGLE-3 speculative decoding.
 
-`install()` patches SGLang (now, or when it is imported); `uninstall()` restores it exactly.
+`install()` patches SGLang (now, or when it is imported); `uninstall()` restores it exactly. The serving side
+lives in eagle_probe.runtime, the pure rules in eagle_probe.analysis, the offline commands in
+eagle_probe.commands; importing this package loads none of them.
 """
 
 __version__ = "0.1.0"
 
-import atexit
-import os
-import sys
-import threading
-
-_lock = threading.Lock()
-_atexit_registered = False
-
 
 def install(env=None) -> bool:
-    """Turn the probe on in this process. Idempotent; returns whether the probe is active.
+    from .runtime.install import install as _install
 
-    A bad EAGLE_PROBE_* value is logged as one error event and leaves the probe off; it never raises.
-    """
-    global _atexit_registered
-    from . import events, ranks, versions
-    from .config import ConfigError, inner_forward_enabled, load_config
-    from .integrations import ALL
-    from .integrations.base import PATCHER
-    from .recorder import EV_CONFIG_ERROR, Recorder
-    from .sinks.logs import LogSink
-    from .state import STATE
-
-    with _lock:
-        if STATE.active:
-            return True
-        try:
-            config = load_config(env)
-        except ConfigError as exc:
-            LogSink().emit("error", EV_CONFIG_ERROR, variable=exc.variable, value=exc.value,
-                           accepted=exc.accepted, message=f"eagle-probe stays off: {exc}")
-            return False
-        if not config.enabled:
-            return False
-        sglang_version = versions.installed_sglang_version()
-        parsed = None if sglang_version is None else versions.parse_version(sglang_version)
-        logs = LogSink(config.log_level, config.log_dir)
-        if parsed is not None and not versions.is_supported(parsed):
-            from .compat import off_summary
-
-            off = off_summary(sglang_version)
-            logs.emit("warning", events.UNSUPPORTED_VERSION, sglang_version=sglang_version,
-                      supported=versions.SUPPORTED_RANGE_TEXT, off=off,
-                      message=f"SGLang {sglang_version} is outside the supported range "
-                              f"{versions.SUPPORTED_RANGE_TEXT}; off: {off}")
-            return False
-
-        def make_metrics(rank_info):
-            from .sinks.metrics import MetricsSink
-            return _shared_metrics(rank_info, config.metrics_port, MetricsSink)
-
-        STATE.recorder = Recorder(config, versions.rules_for(parsed), sglang_version, logs,
-                                  ranks.read_ranks, make_metrics)
-        STATE.inner_forward = inner_forward_enabled(config, sys.argv)
-        if config.inner_forward == "auto" and env is None:
-            # Decided from the launch command; spawned schedulers see other argv, so pass it on.
-            os.environ["EAGLE_PROBE_INNER_FORWARD"] = "on" if STATE.inner_forward else "off"
-        STATE.active = True
-        PATCHER.install(ALL)
-        if not _atexit_registered:
-            _atexit_registered = True
-            atexit.register(_flush)
-        return True
-
-
-_metrics = None
-
-
-def _shared_metrics(rank_info, port, factory):
-    # prometheus_client refuses to register a name twice in one process: reuse across reinstalls.
-    global _metrics
-    if _metrics is None:
-        _metrics = factory(rank_info, port)
-    return _metrics
-
-
-def _flush():
-    from .state import STATE
-
-    if STATE.recorder is not None:
-        try:
-            STATE.recorder.flush()
-        except Exception:
-            pass
+    return _install(env)
 
 
 def uninstall() -> None:
-    """Restore every patched attribute to the exact original object and turn the probe off."""
-    from .integrations.base import PATCHER
-    from .state import STATE
+    from .runtime.install import uninstall as _uninstall
 
-    with _lock:
-        PATCHER.uninstall()
-        _flush()
-        STATE.active = False
-        STATE.recorder = None
+    _uninstall()
 
 
 def patched_targets():
-    from .integrations.base import PATCHER
+    from .runtime.install import patched_targets as _patched
 
-    return PATCHER.applied()
+    return _patched()

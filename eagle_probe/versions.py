@@ -24,7 +24,7 @@ Where each rule changes (first release with the new behaviour):
 
 import re
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 Version = Tuple[int, int, int, int]  # (major, minor, micro, post)
 
@@ -152,7 +152,6 @@ class VersionRules:
 
 SUPPORTED_MIN: Version = (0, 5, 8, 0)
 SUPPORTED_MAX: Version = (0, 5, 23, 0)
-SUPPORTED_RANGE_TEXT = "0.5.8 to 0.5.23"
 
 _OLD_CAPTURE_FLAG = "sglang.srt.model_executor.cuda_graph_runner"
 _OLD_TBO = "model_forward_maybe_tbo"
@@ -211,6 +210,10 @@ RULES = (
 )
 
 
+SUPPORTED_RANGE_TEXT = f"{format_version(SUPPORTED_MIN)} to {format_version(SUPPORTED_MAX)}"
+DEEPSEEK_V2 = "sglang.srt.models.deepseek_v2"
+
+
 def is_supported(version: Optional[Version]) -> bool:
     return version is not None and SUPPORTED_MIN <= version <= SUPPORTED_MAX[:3] + (99,)
 
@@ -244,6 +247,57 @@ def acceptance_hook(target: str, rules: Optional[VersionRules] = None) -> Option
         if hook.target == target:
             return hook
     return None
+
+
+def rule_since(rules: VersionRules, name: str) -> Version:
+    """The first release from which `rules`' value of field `name` has held without a break (a rule can span
+    several rows of the table, e.g. the +1 rule of 0.5.13 holds in every later row)."""
+    value = getattr(rules, name)
+    index = RULES.index(rules)
+    while index > 0 and getattr(RULES[index - 1], name) == value:
+        index -= 1
+    return RULES[index].first
+
+
+def acceptance_targets() -> Tuple[Tuple[str, str, str], ...]:
+    """(module, qualname, worker) of every acceptance hook any row names, in table order: what to wrap."""
+    seen = {}
+    for rules in RULES:
+        for hook in rules.acceptance:
+            seen.setdefault((hook.module, hook.qualname), hook.worker)
+    return tuple((module, qualname, worker) for (module, qualname), worker in seen.items())
+
+
+def acceptance_field(target: str, rules: VersionRules) -> Optional[str]:
+    """The field to read at hook `target` under `rules`; for a release whose row does not name that hook (it is
+    there anyway), the field of the newest row that does. None if no row names it."""
+    hook = acceptance_hook(target, rules)
+    if hook is not None:
+        return hook.field
+    for row in reversed(RULES):
+        hook = acceptance_hook(target, row)
+        if hook is not None:
+            return hook.field
+    return None
+
+
+def version_specific_targets() -> Dict[str, List[VersionRules]]:
+    """Dotted names the table places in some rows only -> the rows that have them."""
+    out: Dict[str, List[VersionRules]] = {}
+    for rules in RULES:
+        names = [h.target for h in rules.acceptance] + list(rules.graph_setup_callers)
+        names += [f"{DEEPSEEK_V2}.{rules.tbo_helper}", f"{rules.capture_flag_module}.get_is_capture_mode"]
+        for name in names:
+            out.setdefault(name, []).append(rules)
+    return {k: v for k, v in out.items() if len(v) < len(RULES)}
+
+
+def target_expected(module: str, qualname: str, rules: VersionRules) -> bool:
+    """Whether the table says patch target module.qualname exists in the releases under `rules`."""
+    if module in rules.absent_modules:
+        return False
+    rows = version_specific_targets().get(f"{module}.{qualname}")
+    return rows is None or rules in rows
 
 
 def graph_setup_callers() -> frozenset:

@@ -20,8 +20,8 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from eagle_probe.logread import read_events  # noqa: E402
-from eagle_probe.report import build_report, render_text  # noqa: E402
+from eagle_probe.commands.summarize.logread import read_events  # noqa: E402
+from eagle_probe.commands.summarize.report import build_report, render_text  # noqa: E402
 
 # The draft's per-token accuracy as "training" would report it: the probe compares observed acceptance with
 # the length it implies (EAGLE_PROBE_DRAFT_ACCURACY); this draft is built to fall short of it.

@@ -5,7 +5,8 @@ forward_context modules; ServerArgs go through set_global_server_args_for_schedu
 prefill/decode attention backends filled from get_attention_backends() as ModelRunner does;
 initialize_dp_attention and initialize_moe_config(server_args) as ModelRunner / Scheduler call them; the
 attention backend and both pools are ForwardBatch fields; transformers 4.57's DeepseekV3Config takes
-rope_scaling + rope_theta (tiny_models spells it per installed transformers); EagleVerifyInput spells its arguments retrive_*.
+rope_scaling + rope_theta (tiny_models spells it per installed transformers); EagleVerifyInput spells its arguments
+retrive_*.
 """
 
 from __future__ import annotations

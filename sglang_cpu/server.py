@@ -288,7 +288,7 @@ def compat_report(python=None, with_cpu_shims=True, pythonpath_prefix=(), with_t
     report = json.loads(done.stdout)
     report["exit_status"] = done.returncode
     if with_text:
-        from eagle_probe.compat import render
+        from eagle_probe.commands.compat import render
 
         report["text"] = render(report)
     return report

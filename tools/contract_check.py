@@ -14,7 +14,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from eagle_probe.contract import main  # noqa: E402
+from eagle_probe.commands.contract import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

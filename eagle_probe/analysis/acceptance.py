@@ -9,13 +9,24 @@ from collections import Counter
 from typing import Dict, List, Optional, Sequence, Tuple
 
 
-def step_counts(accepted_per_request: Sequence[int], positions: int) -> Tuple[Dict[int, int], List[int]]:
-    """One verify step aggregated: (requests per accepted length, accepted count per draft position)."""
+def clamped_counts(raw_lengths: Dict[int, int], positions: int) -> Tuple[Dict[int, int], List[int]]:
+    """Requests per accepted length, as SGLang reported them (raw, possibly out of range), turned into
+    (requests per accepted length in [0, positions], accepted count per draft position)."""
     lengths = Counter()
-    for length, count in Counter(accepted_per_request).items():  # counted in C; clamp the few distinct values
+    for length, count in raw_lengths.items():
         lengths[min(max(int(length), 0), positions)] += count
     per_position = [sum(count for length, count in lengths.items() if length > k) for k in range(positions)]
     return lengths, per_position
+
+
+def step_counts(accepted_per_request: Sequence[int], positions: int) -> Tuple[Dict[int, int], List[int]]:
+    """One verify step aggregated: (requests per accepted length, accepted count per draft position)."""
+    return clamped_counts(Counter(accepted_per_request), positions)  # counted in C
+
+
+def subtract_counts(now: Dict[int, int], before: Dict[int, int]) -> Dict[int, int]:
+    """Per-length counts added since `before` (both cumulative)."""
+    return {length: count - before.get(length, 0) for length, count in now.items() if count != before.get(length, 0)}
 
 
 def expected_mean_length(draft_accuracy: float, positions: int) -> float:
@@ -34,6 +45,15 @@ class AcceptanceWindow:
         self.per_position = Counter()
         self.length_histogram = Counter()  # accepted drafts per request-step -> count
         self.positions = 0
+
+    @classmethod
+    def from_counts(cls, steps: int, raw_lengths: Dict[int, int], positions: int) -> "AcceptanceWindow":
+        """A window from a step count and requests per raw accepted length (what the monitor keeps)."""
+        window = cls()
+        lengths, per_position = clamped_counts(raw_lengths, positions)
+        window.add_counts(lengths, per_position, positions)
+        window.steps = steps
+        return window
 
     def add_step(self, accepted_per_request: Sequence[int], positions: int):
         self.add_counts(*step_counts(accepted_per_request, positions), positions)

@@ -9,7 +9,8 @@ and calls `predict` and `config_findings`. The findings reuse the running probe'
 from dataclasses import dataclass, field, replace
 from typing import List, Optional, Sequence, Tuple
 
-from ..observations import CaptureConfigured, Finding
+from ..runtime.observations import CaptureConfigured
+from .findings import Finding
 from ..versions import VersionRules
 from .draft_rules import draft_input_findings, ids_for_capture, layer_mismatch_findings
 from .findings import (DRAFT_WEIGHTS_DROPPED, FC_WIDTH_MISMATCH, PP_STAGE_NO_CAPTURE, TBO_CAPTURE_LOST,
@@ -135,7 +136,8 @@ def predict(target: TargetSpec, draft: DraftSpec, rules: VersionRules, launch: L
             lost = split.lost(p.captured)
             captured = tuple(i for i in p.captured if i not in lost)
             paths.append(PathPrediction(
-                p.name + "+tbo", f"{p.name} forwards that Two-Batch-Overlap splits (layers {split.tbo[0] if split.tbo else end}"
+                p.name + "+tbo", f"{p.name} forwards that Two-Batch-Overlap splits "
+                f"(layers {split.tbo[0] if split.tbo else end}"
                 f"..{end - 1} run in TBO stages, which do not capture)", p.requested_ids, p.configured, captured,
                 lost, "Two-Batch-Overlap" if lost else "", split.tbo))
     return replace(pred, paths=tuple(paths))

@@ -6,9 +6,8 @@ same functions, so a problem reads the same before launch and while serving.
 
 from typing import List, Optional, Sequence, Tuple
 
-from ..observations import Finding
-from ..versions import PLUS_ONE_ALWAYS, PLUS_ONE_IF_FIRST_IS_ONE, VersionRules
-from .findings import FC_SKIPPED, FC_WIDTH_MISMATCH, LAYER_MISMATCH, _finding, _labels
+from ..versions import PLUS_ONE_ALWAYS, PLUS_ONE_IF_FIRST_IS_ONE, VersionRules, format_version, rule_since
+from .findings import Finding, FC_SKIPPED, FC_WIDTH_MISMATCH, LAYER_MISMATCH, _finding, _labels
 from .layers import apply_capture_rule, capture_label, default_layer_ids, unreachable_indices
 
 
@@ -65,7 +64,7 @@ def draft_input_findings(*, model_class: str, mode: str, aux_width: int, embed_w
 
 
 def _rule_text(rules: VersionRules) -> str:
-    version = ".".join(str(p) for p in rules.first[:3])
+    version = format_version(rule_since(rules, "capture_id_rule"))  # where the rule began, not where its row does
     if rules.capture_id_rule == PLUS_ONE_ALWAYS:
         how = "adds 1 to every id"
     elif rules.capture_id_rule == PLUS_ONE_IF_FIRST_IS_ONE:
@@ -150,7 +149,8 @@ def layer_mismatch_findings(*, captured: Sequence[int], trained_hf: Sequence[int
         fix += "."
     else:
         fix = f"No eagle_aux_hidden_state_layer_ids can capture them in this version ({_rule_text(rules)}): {why_not}."
-    ids_text = "no ids: the defaults" if requested_ids is None else f"eagle_aux_hidden_state_layer_ids {list(requested_ids)}"
+    ids_text = ("no ids: the defaults" if requested_ids is None
+                else f"eagle_aux_hidden_state_layer_ids {list(requested_ids)}")
     return [_finding(
         LAYER_MISMATCH,
         f"The target captures {_labels(captured, num_layers)} (from {ids_text}) but the draft was trained on "

@@ -1,10 +1,27 @@
 """Diagnosis rules: evidence in, findings out. Shared by the running probe and offline commands."""
 
-from typing import List, Optional, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
 
-from ..observations import CaptureConfigured, Finding, TargetForward
 from ..versions import VersionRules
 from .layers import apply_capture_rule, capture_label, unreachable_indices
+
+if TYPE_CHECKING:  # the observation types only; analysis never needs the runtime itself
+    from ..runtime.observations import CaptureConfigured, TargetForward
+
+
+@dataclass(frozen=True)
+class Finding:
+    """What a rule concluded: a stable code, its severity, a message naming the cause, and the evidence."""
+
+    code: str
+    severity: str  # error | warning | info
+    message: str
+    evidence: Tuple[Tuple[str, object], ...] = field(default_factory=tuple)
+
+    def evidence_dict(self) -> dict:
+        return dict(self.evidence)
+
 
 TBO_CAPTURE_LOST = "tbo_capture_lost"
 AUX_COUNT_MISMATCH = "aux_count_mismatch"
@@ -40,6 +57,12 @@ CODES = {
 }
 
 
+# Codes that mean the draft is fed other layers or shapes than it expects (the dashboards' mismatch panel and
+# alert select on these).
+MISMATCH_CODES = (LAYER_MISMATCH, FC_WIDTH_MISMATCH, AUX_COUNT_MISMATCH, GRAPH_EAGER_LAYER_MISMATCH,
+                  CAPTURE_ID_UNREACHABLE, FC_SKIPPED, PP_STAGE_NO_CAPTURE)
+
+
 def _labels(indices: Sequence[int], num_layers: Optional[int] = None) -> str:
     return ", ".join(f"{i} ({capture_label(i, num_layers)})" for i in indices) or "none"
 
@@ -48,7 +71,7 @@ def _finding(code: str, message: str, **evidence) -> Finding:
     return Finding(code, CODES[code][0], message, tuple(sorted(evidence.items())))
 
 
-def capture_config_findings(obs: CaptureConfigured, rules: VersionRules) -> List[Finding]:
+def capture_config_findings(obs: "CaptureConfigured", rules: VersionRules) -> List[Finding]:
     findings = []
     if not obs.is_last_pp_stage:
         return findings  # SGLang returns early on earlier PP stages; nothing is configured there
@@ -85,7 +108,7 @@ def _duplicates(indices: Sequence[int]) -> List[int]:
     return repeated
 
 
-def _aux_count_causes(obs: TargetForward, repeated: List[int]) -> str:
+def _aux_count_causes(obs: "TargetForward", repeated: List[int]) -> str:
     """What explains a short aux count: slots lost to TBO, and indices listed more than once (SGLang's layer
     loop appends a layer's output once, however often its index is listed)."""
     causes = f"; lost to TBO: {list(obs.lost)}" if obs.lost else ""
@@ -95,7 +118,7 @@ def _aux_count_causes(obs: TargetForward, repeated: List[int]) -> str:
     return causes
 
 
-def forward_findings(obs: TargetForward) -> List[Finding]:
+def forward_findings(obs: "TargetForward") -> List[Finding]:
     findings = []
     if obs.lost:
         kept = [i for i in obs.layers_to_capture if i not in obs.lost]

@@ -70,7 +70,8 @@ class LayerSplit:
         return tuple(i for i in layers_to_capture if start <= i < end)
 
 
-def split_layers(start_layer: int, end_layer: int, first_k_dense_replace: Optional[int], can_run_tbo: bool) -> LayerSplit:
+def split_layers(start_layer: int, end_layer: int, first_k_dense_replace: Optional[int],
+                 can_run_tbo: bool) -> LayerSplit:
     """Mirror of DeepseekV2Model.forward's normal/TBO split (0.5.8 and 0.5.23 alike)."""
     normal_start, normal_end = start_layer, end_layer
     if can_run_tbo and first_k_dense_replace is not None:

@@ -20,3 +20,7 @@ if os.environ.get("SGLANG_CPU_SPEC", "") == "1":
     from sglang_cpu import spec_shims  # noqa: E402
 
     spec_shims.apply()
+
+from sglang_cpu import census  # noqa: E402
+
+census.start()

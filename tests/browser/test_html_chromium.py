@@ -12,7 +12,7 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "unit"))
 from test_summarize import make_dir  # noqa: E402
 
-from eagle_probe.cli import main  # noqa: E402
+from eagle_probe.commands.cli import main  # noqa: E402
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 

@@ -5,7 +5,8 @@ import os
 
 import pytest
 
-from eagle_probe import contract, versions
+from eagle_probe import versions
+from eagle_probe.commands import contract
 
 CACHE = os.environ.get("EAGLE_PROBE_WHEEL_CACHE", contract.DEFAULT_CACHE)
 # Releases that existed when the table was written; PyPI's list must contain at least these.
@@ -38,7 +39,7 @@ def test_check_catches_a_wrong_row():
 
 
 def test_targets_come_from_the_integrations():
-    from eagle_probe.integrations import ALL
+    from eagle_probe.runtime.integrations import ALL
 
     claims, notes = contract.claims_for(versions.RULES[-1])
     texts = " ".join(c.what for c in claims) + " ".join(notes)

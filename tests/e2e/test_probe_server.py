@@ -1,5 +1,6 @@
 """A real `python -m sglang.launch_server` on the CPU with the probe injected only through PYTHONPATH."""
 
+import json
 import os
 import re
 import time
@@ -7,7 +8,7 @@ import time
 import pytest
 
 from eagle_probe.bootstrap import BOOTSTRAP_DIR
-from eagle_probe.logread import read_events
+from eagle_probe.commands.summarize.logread import read_events
 
 from .conftest import AUX_ARGS, PROMPTS, start_server
 
@@ -18,6 +19,8 @@ def runs(tiny_checkpoint, tmp_path_factory):
     checkpoint, config = tiny_checkpoint
     root = str(tmp_path_factory.mktemp("probe-e2e"))
     log_dir = os.path.join(root, "probe-logs")
+    census_dir = os.path.join(root, "census")
+    os.makedirs(census_dir)
     plain = start_server(checkpoint, root, "plain", AUX_ARGS)
     try:
         plain_out = [plain.generate(p, max_new_tokens=8) for p in PROMPTS]
@@ -25,7 +28,8 @@ def runs(tiny_checkpoint, tmp_path_factory):
         plain.stop()
     probed = start_server(checkpoint, root, "probed", ("--enable-metrics",) + AUX_ARGS,
                           pythonpath_prefix=[BOOTSTRAP_DIR],
-                          env={"EAGLE_PROBE_LOG_DIR": log_dir, "EAGLE_PROBE_SUMMARY_INTERVAL_S": "0.5"})
+                          env={"EAGLE_PROBE_LOG_DIR": log_dir, "EAGLE_PROBE_SUMMARY_INTERVAL_S": "0.5",
+                               "SGLANG_CPU_MODULE_CENSUS_DIR": census_dir})
     try:
         probed_out = [probed.generate(p, max_new_tokens=8) for p in PROMPTS]
         time.sleep(1.0)
@@ -37,7 +41,31 @@ def runs(tiny_checkpoint, tmp_path_factory):
         probed.stop()
     stopped = not probed.is_running() and not plain.is_running()
     return dict(stopped=stopped, plain=plain_out, probed=probed_out, metrics=metrics, events=read_events([log_dir]),
-                server_pid=server_pid, config=config, server_log=server_log, log_dir=log_dir)
+                server_pid=server_pid, config=config, server_log=server_log, log_dir=log_dir,
+                census=_read_census(census_dir))
+
+
+def _read_census(directory):
+    """pid -> the probe modules that process had loaded (written by sglang_cpu.census, test-only)."""
+    out = {}
+    for name in os.listdir(directory):
+        if name.endswith(".json"):
+            with open(os.path.join(directory, name), encoding="utf-8") as handle:
+                entry = json.load(handle)
+            out[entry["pid"]] = entry["modules"]
+    return out
+
+
+def test_no_command_module_is_loaded_in_any_server_process(runs):
+    """The serving side holds only the probe: the scheduler (which observed forwards) and every other process of
+    the server loaded eagle_probe.runtime, and none loaded a module of eagle_probe.commands."""
+    census = runs["census"]
+    scheduler_pids = {e["pid"] for e in runs["events"] if e["event"] == "eagle_probe.target.forward"}
+    assert scheduler_pids and scheduler_pids <= set(census), (scheduler_pids, sorted(census))
+    for pid in scheduler_pids:
+        assert {"eagle_probe.runtime.recorder", "eagle_probe.runtime.integrations.deepseek_v2"} <= set(census[pid])
+    for pid, modules in census.items():
+        assert not [m for m in modules if m.startswith("eagle_probe.commands")], (pid, modules)
 
 
 def test_servers_stop_cleanly(runs):

@@ -14,7 +14,7 @@ import re
 import pytest
 
 from eagle_probe.bootstrap import BOOTSTRAP_DIR
-from eagle_probe.logread import read_events
+from eagle_probe.commands.summarize.logread import read_events
 from sglang_cpu.draft_models import build_case
 from sglang_cpu.server import SGLangServer, ServerError
 from sglang_cpu.spec_shims import SPEC_ENV
@@ -313,7 +313,8 @@ def test_eagle3_draft_under_eagle_algorithm(root, random_runs):
     for finding in skipped:
         assert finding["evidence"]["aux_width"] == finding["evidence"]["embed_width"] == 64
         assert "--speculative-algorithm EAGLE" in finding["message"] and finding["severity"] == "error"
-    assert any(not d["fc_ran"] and d["mode"] != "DECODE" for d in _events(root, "eagle-algo", "eagle_probe.draft.forward"))
+    assert any(not d["fc_ran"] and d["mode"] != "DECODE"
+               for d in _events(root, "eagle-algo", "eagle_probe.draft.forward"))
     # the checkpoint's fc_norm weight, loaded by nothing because the config lacks fc_norm
     [dropped] = [f for f in _findings(root, "eagle-algo") if f["code"] == "draft_weights_dropped"]
     assert dropped["evidence"]["dropped"] == ["fc_norm.0.weight"]
@@ -339,7 +340,8 @@ def test_compat_tells_what_the_0_5_23_server_did(random_runs):
     forwards = [e for e in _events(root, "random-spec", "eagle_probe.target.forward") if e["role"] == "target"]
     assert {f["aux_format"] for f in forwards} == {rules["aux_format"]} == {"packed"}
     used = {a["read_at"] for a in _events(root, "random-spec", "eagle_probe.acceptance")}
-    resolved = {t["target"] for t in report["targets"] if t["integration"] == "acceptance" and t["status"] == "resolved"}
+    resolved = {t["target"] for t in report["targets"]
+                if t["integration"] == "acceptance" and t["status"] == "resolved"}
     assert used == resolved == {"sglang.srt.managers.scheduler_components.batch_result_processor"
                                 ".SchedulerBatchResultProcessor._resolve_spec_v2_tokens"}
     for target in report["targets"]:

@@ -41,7 +41,8 @@ def pytest_configure(config):
 def find_prometheus():
     """(prometheus, promtool) paths, installing Debian's package through scripts/system-deps.sh when root."""
     def which():
-        return shutil.which("prometheus") or ("/usr/bin/prometheus" if os.path.exists("/usr/bin/prometheus") else None), \
+        return shutil.which("prometheus") or (
+            "/usr/bin/prometheus" if os.path.exists("/usr/bin/prometheus") else None), \
             shutil.which("promtool") or ("/usr/bin/promtool" if os.path.exists("/usr/bin/promtool") else None)
 
     prom, tool = which()
@@ -279,7 +280,8 @@ def stack(prom_bins, tmp_path_factory):
         collector_target = f"127.0.0.1:{workers.collector_port}"
         exporter_target = f"127.0.0.1:{workers.exporter_base}"
         prometheus = Prometheus(prom_bins[0], root, {
-            "sglang": [server_target], "ranks-multiproc": [collector_target], "eagle-probe-exporter": [exporter_target]})
+            "sglang": [server_target], "ranks-multiproc": [collector_target],
+            "eagle-probe-exporter": [exporter_target]})
         prometheus.start()
         wait_for(prometheus.targets_up, 60, "all scrape targets up")
         time.sleep(5)  # a few scrapes before the traffic, so counter increases fall inside rate windows

@@ -77,9 +77,9 @@ def main():
         runner.extend(tokens, capture_hidden_mode=CaptureHiddenMode.FULL)
     else:
         try:
-            out = runner.extend(tokens, capture_hidden_mode=CaptureHiddenMode.FULL)
+            runner.extend(tokens, capture_hidden_mode=CaptureHiddenMode.FULL)
             for _ in range(3):
-                out = runner.decode([1, 2], capture_hidden_mode=CaptureHiddenMode.FULL)
+                runner.decode([1, 2], capture_hidden_mode=CaptureHiddenMode.FULL)
         except Exception as exc:  # with an unreachable id SGLang itself raises ("captured 2 of 3")
             print(f"rank_worker: SGLang raised: {type(exc).__name__}: {exc}", flush=True)
 

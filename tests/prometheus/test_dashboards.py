@@ -205,8 +205,10 @@ def test_acceptance_values_match_sglang(stack):
         pytest.skip("EAGLE_PROBE_PROM_SERVER=aux")
     prometheus = stack["prometheus"]
     inst = stack["instances"]["server"]
-    drafts = float(prometheus.query(f'sum(eagle_probe_spec_drafts_total{{instance="{inst}"}})')["data"]["result"][0]["value"][1])
-    accepted = float(prometheus.query(f'sum(eagle_probe_spec_accepted_tokens_total{{instance="{inst}"}})')["data"]["result"][0]["value"][1])
+    drafts = float(prometheus.query(
+        f'sum(eagle_probe_spec_drafts_total{{instance="{inst}"}})')["data"]["result"][0]["value"][1])
+    accepted = float(prometheus.query(
+        f'sum(eagle_probe_spec_accepted_tokens_total{{instance="{inst}"}})')["data"]["result"][0]["value"][1])
     correct = sum(o["meta_info"]["spec_num_correct_drafts"] for o in stack["outputs"])
     assert drafts > 0 and accepted >= correct  # SGLang's warm-up request adds to the probe's totals
     # SGLang's own gauge, shown beside the probe's mean acceptance length (bonus included: >= 1)
@@ -264,7 +266,8 @@ def test_one_metrics_endpoint_carries_every_rank_once(stack):
         assert {s["tp_rank"] for s, _ in series} == {"0", "1"}, gauge
         keys = [tuple(sorted(s.items())) for s, _ in series]
         assert len(keys) == len(set(keys)) and not any("pid" in s for s, _ in series), gauge
-        assert len([1 for s, _ in series if s["tp_rank"] == "0"]) == len([1 for s, _ in series if s["tp_rank"] == "1"]) or gauge != "eagle_probe_info"
+        assert (len([1 for s, _ in series if s["tp_rank"] == "0"]) == len([1 for s, _ in series if s["tp_rank"] == "1"])
+                or gauge != "eagle_probe_info")
     forwards = samples(text, "eagle_probe_target_forwards_total")
     assert {s["tp_rank"] for s, _ in forwards} == {"0", "1"}
     assert any(s["tbo"] == "true" and s["tp_rank"] == "1" for s, _ in forwards)

@@ -10,7 +10,8 @@ from sglang_cpu.runtime import TinyBatchRunner, build_deepseek, init_runtime
 from sglang_cpu.tiny_models import deepseek_v3_config
 
 import eagle_probe
-from eagle_probe.state import STATE
+from eagle_probe.runtime.state import STATE
+from eagle_probe.runtime.integrations import deepseek_v2
 
 TOKENS = [[5, 9, 17, 33, 2, 71, 8], [3, 4, 5]]
 
@@ -119,6 +120,8 @@ def test_forward_event_reports_path_ranges_and_shapes(dense, probe):
     assert forwards[2]["tokens"] == 6  # 2 requests x 3 verify tokens
     assert not probe.findings()
     from prometheus_client import REGISTRY
+
+    STATE.recorder.flush_metrics()  # counted values reach the series at a flush (every second in a server)
     labels = dict(role="target", mode="TARGET_VERIFY", path="eager", tbo="false", tp_rank="0", pp_rank="0")
     value = [s.value for m in REGISTRY.collect() if m.name == "eagle_probe_target_forwards"
              for s in m.samples if s.name.endswith("_total") and all(s.labels.get(k) == v for k, v in labels.items())]
@@ -205,6 +208,7 @@ def test_raising_sink_never_reaches_sglang(dense, probe):
 
     recorder = STATE.recorder
     recorder._signatures.clear()
+    deepseek_v2.reset()  # forget the wrapper's last signatures too, so every forward is new again
     recorder.logs.emit = broken  # every log line now raises inside the probe
     got = run_all_modes(runner)
     for (logits_a, aux_a), (logits_b, aux_b) in zip(expected, got):

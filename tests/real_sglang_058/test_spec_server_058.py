@@ -19,7 +19,7 @@ if not (versions.installed_sglang_version() or "").startswith("0.5.8"):
     pytest.skip("SGLang 0.5.8 tier: run under .venv-0.5.8 (scripts/test-0.5.8.sh)", allow_module_level=True)
 
 from eagle_probe.bootstrap import BOOTSTRAP_DIR  # noqa: E402
-from eagle_probe.logread import read_events  # noqa: E402
+from eagle_probe.commands.summarize.logread import read_events  # noqa: E402
 from sglang_cpu.draft_models import build_case  # noqa: E402
 from sglang_cpu.server import SGLangServer  # noqa: E402
 from sglang_cpu.shims_058 import KERNEL_WARMUP_ENV  # noqa: E402

@@ -9,10 +9,10 @@ import pytest
 from eagle_probe.analysis.acceptance import AcceptanceWindow, expected_mean_length
 from eagle_probe.analysis.draft_weights import unconsumed_weights
 from eagle_probe.config import ProbeConfig
-from eagle_probe.observations import Ranks, VerifyStep
-from eagle_probe.recorder import Recorder
-from eagle_probe.sinks.logs import LogSink
-from eagle_probe.sinks.metrics import MetricsSink
+from eagle_probe.runtime.observations import Ranks, VerifyStep
+from eagle_probe.runtime.recorder import Recorder
+from eagle_probe.runtime.sinks.logs import LogSink
+from eagle_probe.runtime.sinks.metrics import MetricsSink
 from eagle_probe.versions import parse_version, rules_for
 
 
@@ -35,7 +35,8 @@ def test_expected_length_is_geometric():
 def make_recorder(**config):
     stream, registry = io.StringIO(), prometheus_client.CollectorRegistry()
     clock = [0.0]
-    recorder = Recorder(ProbeConfig(**config), rules_for(parse_version("0.5.23")), "0.5.23", LogSink(stream=stream),
+    recorder = Recorder(ProbeConfig(flush_interval_s=0, **config), rules_for(parse_version("0.5.23")), "0.5.23",
+                        LogSink(stream=stream),
                         lambda: Ranks(tp_rank=0, tp_size=1, pp_rank=0),
                         lambda ranks: MetricsSink(ranks, registry=registry), clock=lambda: clock[0])
     return recorder, stream, registry, clock
@@ -48,8 +49,13 @@ def sample(registry, name, **labels):
 def test_metrics_match_the_steps_exactly():
     recorder, _, registry, _ = make_recorder()
     recorder.verify_step(VerifyStep((2, 0, 1), 2))
+    recorder.flush_metrics()
+    assert sample(registry, "eagle_probe_spec_accepted_tokens_total") == 3
     recorder.verify_step(VerifyStep((2,), 2))
+    assert sample(registry, "eagle_probe_spec_accepted_tokens_total") == 3  # counted, not yet flushed
     recorder.verify_step(VerifyStep((), 2))  # every request finished: a step without drafts
+    recorder.flush_metrics()
+    recorder.flush_metrics()  # a flush with nothing new adds nothing
     assert sample(registry, "eagle_probe_spec_verify_steps_total") == 3
     assert sample(registry, "eagle_probe_spec_drafts_total") == 4
     assert sample(registry, "eagle_probe_spec_draft_tokens_total") == 8

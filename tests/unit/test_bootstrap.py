@@ -9,7 +9,7 @@ import pytest
 
 from eagle_probe.bootstrap import BOOTSTRAP_DIR
 
-REPORT = ("import json, os, sys, sitecustomize; from eagle_probe.state import STATE; "
+REPORT = ("import json, os, sys, sitecustomize; from eagle_probe.runtime.state import STATE; "
           "print(json.dumps({'active': STATE.active, 'shadowed': os.environ.get('SHADOWED_RAN'), "
           "'pythonpath': os.environ.get('PYTHONPATH')}))")
 
@@ -57,7 +57,7 @@ def test_spawned_children_load_the_probe(user_site, tmp_path):
     script = tmp_path / "spawner.py"  # spawn re-imports __main__, so it must be a file
     script.write_text("import multiprocessing as mp, json\n"
             "def child(q):\n"
-            "    from eagle_probe.state import STATE; import os\n"
+            "    from eagle_probe.runtime.state import STATE; import os\n"
             "    q.put((STATE.active, os.environ.get('SHADOWED_RAN')))\n"
             "if __name__ == '__main__':\n"
             "    ctx = mp.get_context('spawn'); q = ctx.Queue(); p = ctx.Process(target=child, args=(q,))\n"
@@ -72,7 +72,8 @@ def test_run_puts_bootstrap_first_keeps_user_entries_and_execs(user_site, tmp_pa
     env["PYTHONPATH"] = user_site
     proc = subprocess.run([sys.executable, "-m", "eagle_probe", "run", "--log-dir", str(tmp_path / "logs"),
                            "--metrics-port", "9555", "--", sys.executable, "-c",
-                           REPORT + "; print(os.environ['EAGLE_PROBE_LOG_DIR'], os.environ['EAGLE_PROBE_METRICS_PORT'])"],
+                           REPORT + "; print(os.environ['EAGLE_PROBE_LOG_DIR'], "
+                           "os.environ['EAGLE_PROBE_METRICS_PORT'])"],
                           env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     first, second = proc.stdout.splitlines()

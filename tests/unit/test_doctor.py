@@ -6,7 +6,7 @@ import pytest
 
 from eagle_probe.analysis import findings as F
 from eagle_probe.analysis.draft_rules import draft_input_findings, ids_for_capture, layer_mismatch_findings
-from eagle_probe.cli import main
+from eagle_probe.commands.cli import main
 from eagle_probe.versions import parse_version, rules_for
 
 V058, V0523 = rules_for(parse_version("0.5.8")), rules_for(parse_version("0.5.23"))
@@ -65,7 +65,8 @@ def test_kimi_scenario_on_0_5_8(tmp_path, capsys):
     mismatch = [f for f in res["findings"] if f["code"] == F.LAYER_MISMATCH]
     assert len(mismatch) == 2  # eager and graph capture differ, each against the trained layers
     assert "No eagle_aux_hidden_state_layer_ids can capture them" in mismatch[0]["message"]
-    assert "slot 0: 3 (output of layer 2) instead of 0 (embedding output), the layer trained for slot 1" in mismatch[0]["message"]
+    assert ("slot 0: 3 (output of layer 2) instead of 0 (embedding output), the layer trained for slot 1"
+            in mismatch[0]["message"])
 
 
 def test_kimi_scenario_on_0_5_23(tmp_path, capsys):
@@ -158,13 +159,15 @@ def test_eagle3_draft_under_plain_eagle_skips_fc(tmp_path, capsys):
 
 def test_fc_width_mismatch(tmp_path, capsys):
     # 4 ids on 0.5.8, whose fc always takes 3 states
-    rc, res, _ = doctor(capsys, "--target", kimi_target(tmp_path), "--draft", eagle3_draft(tmp_path, ids=(1, 10, 30, 58)),
+    rc, res, _ = doctor(capsys, "--target", kimi_target(tmp_path),
+                        "--draft", eagle3_draft(tmp_path, ids=(1, 10, 30, 58)),
                         "--sglang-version", "0.5.8", "--no-cuda-graph")
     assert rc == 1 and codes(res) == [F.FC_WIDTH_MISMATCH]
     assert "4 aux states of width 7168" in res["findings"][0]["message"]
     # draft trained for another target width
     rc, res, _ = doctor(capsys, "--target", kimi_target(tmp_path, name="t2"),
-                        "--draft", eagle3_draft(tmp_path, name="d2", target_hidden_size=4096), "--sglang-version", "0.5.23")
+                        "--draft", eagle3_draft(tmp_path, name="d2", target_hidden_size=4096),
+                        "--sglang-version", "0.5.23")
     assert rc == 1 and codes(res) == [F.FC_WIDTH_MISMATCH]
 
 

@@ -4,13 +4,12 @@ import io
 import json
 
 import prometheus_client
-import pytest
 
 from eagle_probe.config import ProbeConfig
-from eagle_probe.observations import CaptureConfigured, Ranks, TargetForward
-from eagle_probe.recorder import Recorder
-from eagle_probe.sinks.logs import LogSink
-from eagle_probe.sinks.metrics import MetricsSink
+from eagle_probe.runtime.observations import CaptureConfigured, Ranks, TargetForward
+from eagle_probe.runtime.recorder import Recorder
+from eagle_probe.runtime.sinks.logs import LogSink
+from eagle_probe.runtime.sinks.metrics import MetricsSink
 from eagle_probe.versions import parse_version, rules_for
 
 RULES_0_5_8, RULES_0_5_23 = rules_for(parse_version("0.5.8")), rules_for(parse_version("0.5.23"))
@@ -26,7 +25,8 @@ class Clock:
 
 def make(rules=RULES_0_5_23, interval=60.0, every=False):
     stream, registry, clock = io.StringIO(), prometheus_client.CollectorRegistry(), Clock()
-    recorder = Recorder(ProbeConfig(summary_interval_s=interval, log_every_forward=every), rules, "0.5.23",
+    recorder = Recorder(ProbeConfig(summary_interval_s=interval, log_every_forward=every, flush_interval_s=0),
+                        rules, "0.5.23",
                         LogSink(stream=stream), lambda: Ranks(tp_rank=1, tp_size=2, pp_rank=0, dp_rank=None),
                         lambda ranks: MetricsSink(ranks, registry=registry), clock=clock)
     return recorder, stream, registry, clock
@@ -62,6 +62,7 @@ def test_forward_logged_on_first_sight_and_change_only():
     assert [e["mode"] for e in fwd] == ["EXTEND", "TARGET_VERIFY"]
     assert all(e["tp_rank"] == 1 and e["tp_size"] == 2 for e in fwd)
     labels = dict(role="target", mode="EXTEND", path="eager", tbo="false", tp_rank="1", pp_rank="0", dp_rank="")
+    recorder.flush_metrics()
     assert registry.get_sample_value("eagle_probe_target_forwards_total", labels) == 3
 
 
@@ -84,6 +85,7 @@ def test_tbo_loss_gives_one_finding_and_counts_every_loss():
     tbo = next(e for e in found if e["code"] == "tbo_capture_lost")
     assert tbo["evidence"]["lost"] == [2, 4, 5] and "output of layer 1" in tbo["message"]
     rank = dict(tp_rank="1", pp_rank="0", dp_rank="")
+    recorder.flush_metrics()
     assert registry.get_sample_value("eagle_probe_captures_lost_total", dict(role="target", mode="EXTEND", **rank)) == 6
     assert registry.get_sample_value("eagle_probe_findings_total",
                                      dict(code="tbo_capture_lost", severity="error", role="target", **rank)) == 1
@@ -145,13 +147,15 @@ def test_metrics_sink_that_raises_is_counted_not_propagated():
     def boom(*_):
         raise OSError("disk full")
 
-    recorder.metrics.forward = boom
+    recorder.metrics.add_forwards = boom
     recorder.target_forward(forward())
+    recorder.flush_metrics()
     recorder.target_forward(forward())
+    recorder.flush_metrics()
     errors = [e for e in events(stream) if e["event"] == "eagle_probe.internal_error"]
     assert len(errors) == 1 and "disk full" in errors[0]["error"]
     assert registry.get_sample_value("eagle_probe_internal_errors_total",
-                                     dict(where="metrics.forward", tp_rank="1", pp_rank="0", dp_rank="")) == 2
+                                     dict(where="metrics.add_forwards", tp_rank="1", pp_rank="0", dp_rank="")) == 2
 
 
 def test_skips_before_ranks_are_exported_once_metrics_start():

@@ -5,10 +5,10 @@ import json
 import os
 import shutil
 
-from eagle_probe.cli import main
-from eagle_probe.html_report import render_html
-from eagle_probe.logread import read_events
-from eagle_probe.report import build_report
+from eagle_probe.commands.cli import main
+from eagle_probe.commands.summarize.html_report import render_html
+from eagle_probe.commands.summarize.logread import read_events
+from eagle_probe.commands.summarize.report import build_report
 
 REAL_LOG = os.path.join(os.path.dirname(__file__), "..", "data", "real-sglang-0.5.23-tp0.jsonl")
 

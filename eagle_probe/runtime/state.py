@@ -1,6 +1,5 @@
 """Process-wide probe state shared by the wrappers: whether the probe is on, and its recorder."""
 
-from typing import Optional
 
 
 class ProbeState:

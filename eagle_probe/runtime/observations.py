@@ -1,6 +1,6 @@
 """Observations: frozen plain values, the only thing that crosses from SGLang's world into the probe."""
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import NamedTuple, Optional, Tuple
 
 
@@ -72,17 +72,6 @@ class TargetForward(NamedTuple):
                 self.layers_to_capture, self.normal_range, self.tbo_range, self.aux_returned,
                 self.aux_format, None if self.aux_shape is None else self.aux_shape[1:],
                 self.slot_widths, self.dtype, self.error)
-
-
-@dataclass(frozen=True)
-class Finding:
-    code: str
-    severity: str  # error | warning | info
-    message: str
-    evidence: Tuple[Tuple[str, object], ...] = field(default_factory=tuple)
-
-    def evidence_dict(self) -> dict:
-        return dict(self.evidence)
 
 
 @dataclass(frozen=True)

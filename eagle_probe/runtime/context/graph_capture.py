@@ -6,7 +6,7 @@ moved between releases (read the function, never import the variable: it is rebo
 
 import sys
 
-from ..versions import capture_flag_modules
+from ...versions import capture_flag_modules
 
 _FLAG_HOMES = capture_flag_modules()  # newest first, from the version table
 _sglang_flag = None
@@ -35,3 +35,9 @@ def is_capturing() -> bool:
     if _sglang_flag is not None and _sglang_flag():
         return True
     return _stream_flag()
+
+
+def reset() -> None:
+    """Forget the resolved flag readers (uninstall; a later install resolves them again)."""
+    global _sglang_flag, _stream_flag
+    _sglang_flag = _stream_flag = None

@@ -1,8 +1,8 @@
 """ModelRunner.load_model: marks the loaded model's modules as target or draft (is_draft_worker)."""
 
-from ..roles import DRAFT, TARGET, register_model
+from ..context.roles import DRAFT, TARGET, register_model
 from ..state import STATE
-from .base import Integration, PatchTarget
+from ..patcher import Integration, PatchTarget
 from .deepseek_v2 import forget_static_facts
 
 

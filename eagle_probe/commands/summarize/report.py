@@ -6,7 +6,7 @@ build_report(events) returns one JSON-ready dict; render_text and html_report.re
 import json
 from collections import Counter, defaultdict
 
-from . import events as names
+from ... import events as names
 
 NOTICE_EVENTS = (names.CONFIG_ERROR, names.UNSUPPORTED_VERSION, names.INTEGRATION_SKIPPED)
 
@@ -78,7 +78,8 @@ def _acceptance(events):
         "draft_tokens": drafted, "accepted_tokens": accepted,
         "accept_rate": accepted / drafted if drafted else None,
         "mean_accept_length": mean_len, "per_position_rate": per_pos, "conditional_rate": conditional,
-        "accept_length_histogram": dict(sorted(histogram.items(), key=lambda kv: int(kv[0]) if kv[0].lstrip("-").isdigit() else 0)),
+        "accept_length_histogram": dict(sorted(histogram.items(),
+                                               key=lambda kv: int(kv[0]) if kv[0].lstrip("-").isdigit() else 0)),
         "expected_mean_accept_length": events[-1].get("expected_mean_accept_length"),
         "read_at": sorted({e["read_at"] for e in events if e.get("read_at")}),
         "over_time": [{"timestamp": e.get("timestamp"), "mean_accept_length": e.get("mean_accept_length"),
@@ -173,7 +174,8 @@ def render_text(report: dict) -> str:
         for cfg in rank["capture"]:
             setup = " (during CUDA-graph set-up)" if cfg.get("during_graph_setup") else ""
             out.append(f"  capture configured by {cfg.get('caller')}{setup}: ids {cfg.get('requested_ids')} -> "
-                       f"layers_to_capture {cfg.get('layers_to_capture')} [{cfg.get('mapping')}; rule {cfg.get('version_rule')}]")
+                       f"layers_to_capture {cfg.get('layers_to_capture')} "
+                       f"[{cfg.get('mapping')}; rule {cfg.get('version_rule')}]")
             for slot in cfg.get("slots") or []:
                 out.append(f"    slot {slot['slot']}: capture index {slot['capture_index']} = HF hidden_states"
                            f"[{slot['hf_index']}] = {slot['label']}")
@@ -199,17 +201,20 @@ def render_text(report: dict) -> str:
         if acc:
             out.append(f"  acceptance over {acc['windows']} window(s), {acc['drafts']} drafts: mean accept length "
                        f"{_fmt(acc['mean_accept_length'], 2)} (bonus included"
-                       + (f"; expected {_fmt(acc['expected_mean_accept_length'], 2)}" if acc["expected_mean_accept_length"] else "")
+                       + (f"; expected {_fmt(acc['expected_mean_accept_length'], 2)}"
+                          if acc["expected_mean_accept_length"] else "")
                        + f"), accept rate {_fmt(acc['accept_rate'])}")
             out.append("    per draft position: " + ", ".join(_fmt(r) for r in acc["per_position_rate"])
                        + "; conditional: " + ", ".join(_fmt(r) for r in acc["conditional_rate"]))
-            out.append("    accepted drafts per step: " + ", ".join(f"{k}: {v}" for k, v in acc["accept_length_histogram"].items()))
+            out.append("    accepted drafts per step: "
+                       + ", ".join(f"{k}: {v}" for k, v in acc["accept_length_histogram"].items()))
             if acc["read_at"]:
                 out.append("    read at: " + ", ".join(acc["read_at"]))
         if not rank["findings"]:
             out.append("  findings: none")
         for f in rank["findings"]:
-            when = f"{f['first_time']} .. {f['last_time']}" if f["first_time"] != f["last_time"] else f"{f['first_time']}"
+            when = (f"{f['first_time']} .. {f['last_time']}" if f["first_time"] != f["last_time"]
+                    else f"{f['first_time']}")
             out.append(f"  FINDING {f['code']} [{f['severity']}] x{f['count']} ({when}): {f['last_message']}")
         for err in rank["errors"]:
             out.append(f"  probe internal error in {err.get('where')}: {err.get('error')}")

@@ -33,17 +33,18 @@ import zipfile
 from dataclasses import dataclass
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from . import versions
-from .versions import (PLUS_ONE_ALWAYS, PLUS_ONE_IF_FIRST_IS_ONE, RANKS_PARALLEL_STATE, RANKS_RUNTIME_CONTEXT,
+from .. import versions
+from ..versions import (PLUS_ONE_ALWAYS, PLUS_ONE_IF_FIRST_IS_ONE, RANKS_RUNTIME_CONTEXT,
                        V1_WORKER, VersionRules)
 
 PYPI_JSON = "https://pypi.org/pypi/sglang/json"
-DEFAULT_CACHE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".cache", "sglang-wheels")
+_REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DEFAULT_CACHE = os.path.join(_REPO, ".cache", "sglang-wheels")
 # Wheels are platform-specific from 0.5.11 on; the .py files are the same in every build. Pin one build
 # so the check does not depend on the machine it runs on.
 WHEEL_PLATFORM = ("--platform", "manylinux_2_34_x86_64", "--python-version", "3.11", "--implementation", "cp")
 
-DS = "sglang.srt.models.deepseek_v2"
+DS = versions.DEEPSEEK_V2
 FORWARD_BATCH = "sglang.srt.model_executor.forward_batch_info"
 MODEL_RUNNER = "sglang.srt.model_executor.model_runner"
 
@@ -423,7 +424,8 @@ def no_default_setter_calls() -> Claim:
             if module.startswith("sglang.srt.models."):
                 continue
             text = src.text(module)
-            if "set_eagle3_layers_to_capture" not in text or not re.search(r"set_eagle3_layers_to_capture\(\s*\)", text):
+            if ("set_eagle3_layers_to_capture" not in text
+                    or not re.search(r"set_eagle3_layers_to_capture\(\s*\)", text)):
                 continue
             hits += [f"{module}:{line}" for line in _no_arg_setter_calls(src.tree(module))]
         return None if not hits else f"no-id calls at {', '.join(hits)}"
@@ -495,7 +497,8 @@ def dataclass_field(module: str, cls: str, field: str) -> Claim:
         found = find(src, module, cls)
         if found is None or not isinstance(found.node, ast.ClassDef):
             return f"class {module}.{cls} not found"
-        fields = [n.target.id for n in found.node.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)]
+        fields = [n.target.id for n in found.node.body
+                  if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)]
         return None if field in fields else f"fields are {fields}"
 
     return Claim(f"{module}.{cls} has field {field}", check)
@@ -523,7 +526,8 @@ def module_mentions(module: str, name: str, expected: bool, what: str) -> Claim:
         tree = src.tree(module)
         if tree is None:
             return f"{module} not found"
-        seen = any((isinstance(n, ast.Attribute) and n.attr == name) or (isinstance(n, ast.Constant) and n.value == name)
+        seen = any((isinstance(n, ast.Attribute) and n.attr == name)
+                   or (isinstance(n, ast.Constant) and n.value == name)
                    for n in ast.walk(tree))
         return None if seen == expected else f"{'does not read' if expected else 'reads'} {name}"
 
@@ -572,7 +576,8 @@ def _rule_claims(rules: VersionRules) -> List[Claim]:
                           _embedding_capturable_test if rules.embedding_capturable else _embedding_not_capturable_test))
     out.append(defines(rules.capture_flag_module, "get_is_capture_mode"))
     out.append(defines(DS, rules.tbo_helper, what=f"{DS} binds the TBO helper {rules.tbo_helper}"))
-    out.append(body_check(DS, _MODEL_FORWARD, f"runs TBO layers through {rules.tbo_helper}", _calls_name(rules.tbo_helper)))
+    out.append(body_check(DS, _MODEL_FORWARD, f"runs TBO layers through {rules.tbo_helper}",
+                          _calls_name(rules.tbo_helper)))
     for hook in rules.acceptance:
         out.append(defines(hook.module, hook.qualname, ACCEPTANCE_PARAMS[hook.worker],
                            what=f"acceptance ({hook.worker} worker, {hook.when}): {hook.target} exists"))
@@ -580,7 +585,8 @@ def _rule_claims(rules: VersionRules) -> List[Claim]:
             out.append(dataclass_field(*hook.field_owner, hook.field))
         else:
             out.append(body_check(hook.module, hook.qualname, f"sets result.{hook.field} with the bonus token "
-                                  f"{'kept' if hook.includes_bonus else 'subtracted'}", _assigns_result_field(hook.field)))
+                                  f"{'kept' if hook.includes_bonus else 'subtracted'}",
+                                  _assigns_result_field(hook.field)))
     for module in rules.absent_modules:
         out.append(Claim(f"{module} does not exist in this release",
                          lambda src, module=module: "exists" if src.has_module(module) else None))
@@ -602,22 +608,11 @@ def _rule_claims(rules: VersionRules) -> List[Claim]:
     return out
 
 
-def version_specific_targets() -> Dict[str, List[VersionRules]]:
-    """Dotted names the table places in some rows only -> the rows that have them."""
-    out: Dict[str, List[VersionRules]] = {}
-    for rules in versions.RULES:
-        names = [h.target for h in rules.acceptance] + list(rules.graph_setup_callers)
-        names += [f"{DS}.{rules.tbo_helper}", f"{rules.capture_flag_module}.get_is_capture_mode"]
-        for name in names:
-            out.setdefault(name, []).append(rules)
-    return {k: v for k, v in out.items() if len(v) < len(versions.RULES)}
-
-
 def target_claims(rules: VersionRules, integrations=None) -> Tuple[List[Claim], List[str]]:
     """Claims for the patch targets of the integrations; plus notes on targets not expected here."""
     if integrations is None:
-        from .integrations import ALL as integrations
-    specific = version_specific_targets()
+        from ..runtime.integrations import ALL as integrations
+    specific = versions.version_specific_targets()
     claims, notes = [], []
     for integration in integrations:
         for target in integration.targets:
@@ -636,7 +631,8 @@ def target_claims(rules: VersionRules, integrations=None) -> Tuple[List[Claim], 
                         params = ACCEPTANCE_PARAMS[hook.worker]
             claim = defines(target.module, target.qualname, params,
                             what=f"patch target of {integration.name}: {dotted}"
-                                 + ("" if params is not None else " exists (signature not declared in contract.EXPECTED_PARAMS)")
+                                 + ("" if params is not None
+                                    else " exists (signature not declared in contract.EXPECTED_PARAMS)")
                                  + ("" if params is None else f"({', '.join(params)}, ...)"))
             claims.append(claim)
     wrapped = {f"{t.module}.{t.qualname}" for i in integrations for t in i.targets}

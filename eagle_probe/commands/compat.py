@@ -5,37 +5,16 @@ integrations.ALL, integrations.base.resolve_target). Imports the target modules;
 
 import importlib
 import sys
-from typing import Optional
 
-from . import versions
-
-
-def off_summary(sglang_version: Optional[str]) -> Optional[str]:
-    """What stays off for an installed release outside the range (None when it is supported)."""
-    parsed = None if sglang_version is None else versions.parse_version(sglang_version)
-    if parsed is not None and versions.is_supported(parsed):
-        return None
-    from .integrations import ALL
-
-    names = ", ".join(i.name for i in ALL)
-    return f"all integrations ({names}): no SGLang function is wrapped, SGLang runs unchanged"
-
-
-def target_expected(target, rules) -> bool:
-    """Whether the version table says this patch target exists in releases under `rules`."""
-    from .contract import version_specific_targets
-
-    if target.module in rules.absent_modules:
-        return False
-    rows = version_specific_targets().get(f"{target.module}.{target.qualname}")
-    return rows is None or rules in rows
+from .. import versions
+from ..runtime.install import off_summary
 
 
 def _target_status(integration, target, rules, supported, import_modules):
-    from .integrations.base import resolve_target
+    from ..runtime.patcher import resolve_target
 
     dotted = f"{target.module}.{target.qualname}"
-    expected = target_expected(target, rules)
+    expected = versions.target_expected(target.module, target.qualname, rules)
     entry = {"integration": integration.name, "target": dotted, "expected": expected,
              "inner_forward": target.inner_forward, "observes": target.observes}
     if not supported:
@@ -48,7 +27,8 @@ def _target_status(integration, target, rules, supported, import_modules):
         except ModuleNotFoundError as exc:
             missing = exc.name or ""
             if target.module == missing or target.module.startswith(missing + "."):
-                reason = f"module not in installed SGLang ({missing})" + ("" if expected else "; the version table says so")
+                reason = (f"module not in installed SGLang ({missing})"
+                          + ("" if expected else "; the version table says so"))
             else:  # the module exists but imports something this environment lacks
                 reason = (f"module cannot be imported here: it needs '{missing}', which is not installed "
                           f"(SGLang itself would fail the same import)")
@@ -77,7 +57,7 @@ def _target_status(integration, target, rules, supported, import_modules):
 
 
 def compat_report(import_modules: bool = True, source_check: bool = False) -> dict:
-    from .integrations import ALL
+    from ..runtime.integrations import ALL
 
     sglang_version = versions.installed_sglang_version()
     parsed = None if sglang_version is None else versions.parse_version(sglang_version)
@@ -114,7 +94,8 @@ def render(report: dict) -> str:
     if report.get("off"):
         lines.append(f"  off: {report['off']}")
     rules = report["rules"]
-    verified = f"verified on real code with {rules['tested']}" if rules["verified"] else "read from the source, not run here"
+    verified = (f"verified on real code with {rules['tested']}" if rules["verified"]
+                else "read from the source, not run here")
     if report["supported"]:
         lines.append(f"rules in force: the row for {report['rules_range']} ({verified}; proven per release by the "
                      "contract check)")

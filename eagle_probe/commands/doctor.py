@@ -11,12 +11,12 @@ import os
 import sys
 from typing import List, Optional, Tuple
 
-from .analysis.config_rules import (EAGLE, EAGLE3, DraftSpec, LaunchSpec, TargetSpec, config_findings,
+from ..analysis.config_rules import (EAGLE, EAGLE3, DraftSpec, LaunchSpec, TargetSpec, config_findings,
                                     fix_for, predict)
-from .analysis.findings import ERROR
-from .analysis import layers
-from .analysis.layers import TRAINED_LAYERS_HELP, capture_label
-from .versions import (SUPPORTED_RANGE_TEXT, installed_sglang_version, is_supported, parse_version,
+from ..analysis.findings import ERROR
+from ..analysis import layers
+from ..analysis.layers import TRAINED_LAYERS_HELP, capture_label
+from ..versions import (SUPPORTED_RANGE_TEXT, installed_sglang_version, is_supported, parse_version,
                        rules_for)
 
 NESTED_TEXT_KEYS = ("text_config", "language_config", "llm_config")
@@ -33,17 +33,20 @@ def load_config_json(path: str, what: str) -> Tuple[str, dict]:
     """Read a config.json from a directory or the file itself. Returns (file path, dict)."""
     file = os.path.join(path, "config.json") if os.path.isdir(path) else path
     if not os.path.exists(file):
-        where = f"{path}: no config.json in this directory" if os.path.isdir(path) else f"{path}: no such file or directory"
+        where = (f"{path}: no config.json in this directory" if os.path.isdir(path)
+                 else f"{path}: no such file or directory")
         raise DoctorInputError(f"{what} config: {where}")
     try:
         with open(file, encoding="utf-8") as handle:
             data = json.load(handle)
     except json.JSONDecodeError as exc:
-        raise DoctorInputError(f"{what} config {file}: not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}")
+        raise DoctorInputError(f"{what} config {file}: not valid JSON: {exc.msg} "
+                               f"at line {exc.lineno} column {exc.colno}")
     except (OSError, UnicodeDecodeError) as exc:
         raise DoctorInputError(f"{what} config {file}: cannot read: {exc}")
     if not isinstance(data, dict):
-        raise DoctorInputError(f"{what} config {file}: expected a JSON object at the top level, got {type(data).__name__}")
+        raise DoctorInputError(f"{what} config {file}: expected a JSON object at the top level, "
+                               f"got {type(data).__name__}")
     return file, data
 
 
@@ -224,7 +227,8 @@ def diagnose(target_path: str, draft_path: str, sglang_version: Optional[str] = 
 
 
 def _fmt_slots(slots) -> str:
-    return ", ".join(f"{s['capture_index']} = HF hidden_states[{s['hf_index']}] = {s['label']}" for s in slots) or "nothing"
+    return ", ".join(f"{s['capture_index']} = HF hidden_states[{s['hf_index']}] = {s['label']}"
+                     for s in slots) or "nothing"
 
 
 def render_text(result: dict) -> str:
@@ -251,7 +255,8 @@ def render_text(result: dict) -> str:
             out.append(f"    {ids} -> layers_to_capture {p['layers_to_capture']}")
         out.append(f"    captured: {_fmt_slots(p['captured'])}; draft receives width {p['aux_width']}")
         if p["lost"]:
-            out.append(f"    lost ({p['lost_reason']}): " + ", ".join(f"{s['capture_index']} ({s['label']})" for s in p["lost"]))
+            out.append(f"    lost ({p['lost_reason']}): "
+                       + ", ".join(f"{s['capture_index']} ({s['label']})" for s in p["lost"]))
     fix = result["fix"]
     if fix:
         if fix["ids"] is not None:

@@ -7,11 +7,12 @@ it, Kimi-K2.5's MLA draft; and LlamaForCausalLMEagle3.load_weights (which drops 
 
 import weakref
 
-from ..analysis.draft_weights import unconsumed_weights
+from ...analysis.draft_weights import unconsumed_weights
 from ..observations import DraftForward, DraftLoaded
 from ..state import STATE
-from .base import Integration, PatchTarget
-from .capture_state import is_capturing
+from ..patcher import Integration, PatchTarget
+from ..recorder import draft_count_key
+from ..context.graph_capture import is_capturing
 
 LLAMA_EAGLE3 = "sglang.srt.models.llama_eagle3"
 KIMI_EAGLE3 = "sglang.srt.models.kimi_k25_eagle3"
@@ -26,9 +27,10 @@ def _width(module, *names):
 
 
 class _DraftStatic:
-    __slots__ = ("model_class", "fc_in", "embed_width", "num_aux", "target_hidden_size")
+    __slots__ = ("ref", "model_class", "fc_in", "embed_width", "num_aux", "target_hidden_size", "last")
 
     def __init__(self, instance):
+        self.ref = weakref.ref(instance)
         self.model_class = type(instance).__name__
         fc = getattr(instance, "fc", None)
         # nn.Linear has in_features; Kimi's ColumnParallelLinear has input_size.
@@ -36,26 +38,48 @@ class _DraftStatic:
         self.embed_width = _width(getattr(instance, "embed_tokens", None), "embedding_dim")
         self.num_aux = _width(instance, "num_aux_hidden_states")
         self.target_hidden_size = _width(instance, "hidden_size_in")
+        self.last = {}  # forward mode -> (signature, count key)
 
 
-_statics = weakref.WeakKeyDictionary()
+_statics = {}  # id(module) -> _DraftStatic (its weak reference tells a reused id apart)
+
+
+def reset():
+    _statics.clear()
+
+
+def _static_for(instance) -> _DraftStatic:
+    static = _statics.get(id(instance))
+    if static is None or static.ref() is not instance:
+        static = _statics[id(instance)] = _DraftStatic(instance)
+    return static
 
 
 def _observe_draft_forward(instance, args, kwargs, error):
-    static = _statics.get(instance)
-    if static is None:
-        static = _statics[instance] = _DraftStatic(instance)
+    static = _static_for(instance)
     forward_batch = args[2] if len(args) > 2 else kwargs["forward_batch"]
-    input_ids = args[0] if args else kwargs.get("input_ids")
     input_embeds = args[3] if len(args) > 3 else kwargs.get("input_embeds")
     hidden = getattr(forward_batch.spec_info, "hidden_states", None)
     aux_width = hidden.shape[-1] if hidden is not None else None
     embed_width = input_embeds.shape[-1] if input_embeds is not None else static.embed_width
-    STATE.recorder.draft_forward(DraftForward(
-        static.model_class, forward_batch.forward_mode.name, is_capturing(), aux_width, embed_width,
-        static.fc_in, aux_width is not None and aux_width != embed_width, static.num_aux,
-        static.target_hidden_size, input_ids.shape[0] if input_ids is not None else 0,
-        None if error is None else f"{type(error).__name__}: {error}"[:300]))
+    mode = forward_batch.forward_mode
+    capturing = is_capturing()
+    recorder = STATE.recorder
+    signature = (aux_width, embed_width, capturing)
+    if error is None:
+        last = static.last.get(mode)
+        if last is not None and last[0] == signature:
+            recorder.draft_repeated(last[1])
+            return
+    input_ids = args[0] if args else kwargs.get("input_ids")
+    obs = DraftForward(
+        static.model_class, mode.name, capturing, aux_width, embed_width, static.fc_in,
+        aux_width is not None and aux_width != embed_width, static.num_aux, static.target_hidden_size,
+        input_ids.shape[0] if input_ids is not None else 0,
+        None if error is None else f"{type(error).__name__}: {error}"[:300])
+    recorder.draft_forward(obs)
+    if error is None:
+        static.last[mode] = (signature, draft_count_key(obs))
 
 
 def draft_forward_wrapper(wrapped, instance, args, kwargs):
@@ -132,9 +156,9 @@ INTEGRATION = Integration("llama_eagle3", (
                 observes="draft forward events (incoming aux width, fc ran or skipped) and fc findings"),
     PatchTarget(LLAMA_EAGLE3, "LlamaForCausalLMEagle3.load_weights", load_weights_wrapper,
                 observes="draft config facts and checkpoint weights no parameter takes"),
-))
+), reset=reset)
 
 KIMI_INTEGRATION = Integration("kimi_k25_eagle3", (
     PatchTarget(KIMI_EAGLE3, "Eagle3MLAModel.forward", draft_forward_wrapper, inner_forward=True,
                 observes="Kimi-K2.5 draft forward events (incoming aux width, fc ran or skipped)"),
-))
+), reset=reset)

@@ -7,11 +7,12 @@ Uninstall puts back the exact objects that were in the class or module dict.
 
 import sys
 from dataclasses import dataclass
-from typing import Callable, Tuple
+from typing import Callable, Optional, Tuple
 
 import wrapt
 
-from ..state import STATE
+from ..versions import target_expected
+from .state import STATE
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,7 @@ class PatchTarget:
 class Integration:
     name: str
     targets: Tuple[PatchTarget, ...]
+    reset: Optional[Callable[[], None]] = None  # drops the module-level caches its wrappers keep (at uninstall)
 
 
 def resolve_target(target: PatchTarget, module):
@@ -47,6 +49,7 @@ class Patcher:
     def __init__(self):
         self._applied = {}  # (module, qualname) -> (owner, attr, original, proxy, owned)
         self._hooked = set()  # modules with a post-import hook (wrapt cannot unregister them)
+        self._skipped = set()  # targets already reported missing (the hook of a loaded module runs at once too)
         self.enabled = False
 
     def install(self, integrations):
@@ -69,15 +72,14 @@ class Patcher:
 
     def _apply(self, integration: Integration, target: PatchTarget, module):
         key = (target.module, target.qualname)
-        if key in self._applied:
+        if key in self._applied or key in self._skipped:
             return
         try:
             owner, attr, original, owned = resolve_target(target, module)
         except (AttributeError, KeyError) as exc:
+            self._skipped.add(key)
             if STATE.recorder is not None:
-                from ..compat import target_expected
-
-                expected = target_expected(target, STATE.recorder.rules)
+                expected = target_expected(target.module, target.qualname, STATE.recorder.rules)
                 STATE.recorder.integration_skipped(
                     integration.name, f"{target.module}.{target.qualname}",
                     f"not found in installed SGLang: {exc}" + ("" if expected else "; the version table says so"),
@@ -97,6 +99,7 @@ class Patcher:
             else:
                 delattr(owner, attr)
         self._applied.clear()
+        self._skipped.clear()
 
     def applied(self):
         return sorted(f"{m}.{q}" for m, q in self._applied)

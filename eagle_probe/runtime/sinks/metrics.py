@@ -4,13 +4,14 @@ prometheus_client chooses single- or multi-process mode when it is imported, and
 PROMETHEUS_MULTIPROC_DIR only during start-up, so nothing here imports it at module level.
 """
 
-import glob
 import os
 import re
 import sys
 from typing import Optional
 
-from ..observations import Finding, Ranks, TargetForward
+from ...analysis.findings import Finding
+from ..context import sglang_context
+from ..observations import Ranks, TargetForward
 
 RANK_LABELS = ("tp_rank", "pp_rank", "dp_rank")
 
@@ -61,14 +62,9 @@ def _mark_self_dead(path: str, pid: int):
 def serves_sglang_http() -> bool:
     """Whether this process's node runs SGLang's HTTP server (and so its /metrics under --enable-metrics).
     In a multi-node launch only node_rank 0 does; the others run schedulers only."""
-    module = sys.modules.get("sglang.srt.runtime_context")
-    if module is not None and hasattr(module, "get_parallel"):
-        try:
-            node_rank = module.get_parallel().node_rank
-            if isinstance(node_rank, int):
-                return node_rank == 0
-        except Exception:
-            pass
+    node_rank = getattr(sglang_context.parallel(), "node_rank", None)
+    if isinstance(node_rank, int):
+        return node_rank == 0
     try:  # releases before runtime_context (0.5.8)
         server_args = sys.modules["sglang.srt.server_args"].get_global_server_args()
         return int(getattr(server_args, "node_rank", 0) or 0) == 0
@@ -164,10 +160,18 @@ class MetricsSink:
     def set_info(self, probe_version: str, sglang_version: str, rules: str):
         self._child(self.info, probe_version, sglang_version, rules).set(1)
 
-    def forward(self, obs: TargetForward):
-        self._child(self.forwards, obs.role, obs.mode, obs.path, "true" if obs.can_run_tbo else "false").inc()
-        if obs.lost:
-            self._child(self.lost, obs.role, obs.mode).inc(len(obs.lost))
+    # Counted values arrive at a flush, as (labels, amount added since the last flush).
+    def add_forwards(self, items):
+        for labels, amount in items:
+            self._child(self.forwards, *labels).inc(amount)
+
+    def add_lost(self, items):
+        for labels, amount in items:
+            self._child(self.lost, *labels).inc(amount)
+
+    def add_draft_forwards(self, items):
+        for labels, amount in items:
+            self._child(self.draft_forwards, *labels).inc(amount)
 
     def forward_shapes(self, obs: TargetForward):
         width = obs.aux_shape[-1] if obs.aux_shape else sum(obs.slot_widths)
@@ -190,18 +194,15 @@ class MetricsSink:
     def internal_error(self, where: str):
         self._child(self.errors, where).inc()
 
-    def draft_forward(self, obs):
-        self._child(self.draft_forwards, obs.mode, obs.path, "ran" if obs.fc_ran else "skipped").inc()
-
     def draft_shapes(self, obs):
         if obs.aux_width is not None:
             self._child(self.draft_input_width, obs.path).set(obs.aux_width)
         if obs.fc_in is not None:
             self._child(self.draft_fc_in_width).set(obs.fc_in)
 
-    def verify_step(self, lengths, per_position, positions):
-        """One verify step, aggregated by analysis.acceptance.step_counts: one update per series."""
-        self._child(self.verify_steps).inc()
+    def add_verify_counts(self, steps, lengths, per_position, positions):
+        """Verify steps since the last flush, aggregated (requests per accepted length, accepted per position)."""
+        self._child(self.verify_steps).inc(steps)
         requests = sum(lengths.values())
         if not requests:
             return

@@ -4,9 +4,9 @@ import argparse
 import os
 import sys
 
-from . import __version__
-from .bootstrap import BOOTSTRAP_DIR
-from .config import INNER_FORWARD_MODES, LOG_LEVELS, ConfigError, load_config
+from .. import __version__
+from ..bootstrap import BOOTSTRAP_DIR
+from ..config import INNER_FORWARD_MODES, LOG_LEVELS, ConfigError, load_config
 
 
 def _run_environment(args, base_env) -> dict:
@@ -49,8 +49,8 @@ def cmd_run(args) -> int:
 def cmd_summarize(args) -> int:
     import json
 
-    from .logread import iter_lines, parse_events
-    from .report import build_report, render_text
+    from .summarize.logread import iter_lines, parse_events
+    from .summarize.report import build_report, render_text
 
     paths = [p for p in args.paths if p != "-"]
     missing = [p for p in paths if not os.path.exists(p)]
@@ -70,7 +70,7 @@ def cmd_summarize(args) -> int:
         return 2
     report = build_report(events)
     if args.html:
-        from .html_report import render_html
+        from .summarize.html_report import render_html
         try:
             with open(args.html, "w", encoding="utf-8") as handle:
                 handle.write(render_html(report))

@@ -60,7 +60,8 @@ def bar_chart(title: str, labels: Sequence[str], series: Dict[str, Sequence[Opti
                 continue
             x = ML + i * slot + slot * 0.1 + si * bw
             parts.append(f'<rect x="{x:.1f}" y="{y(v):.1f}" width="{bw:.1f}" height="{(H - MB) - y(v):.1f}" '
-                         f'fill="{COLOURS[si % len(COLOURS)]}"><title>{_e(name)} {_e(labels[i])}: {v:.3f}</title></rect>')
+                         f'fill="{COLOURS[si % len(COLOURS)]}">'
+                         f'<title>{_e(name)} {_e(labels[i])}: {v:.3f}</title></rect>')
     for i, label in enumerate(labels):
         parts.append(f'<text x="{ML + (i + 0.5) * slot:.1f}" y="{H - MB + 14}" text-anchor="middle">{_e(label)}</text>')
     if len(series) > 1:
@@ -103,7 +104,8 @@ def line_chart(title: str, series: Dict[str, Sequence[Optional[float]]], xlabel:
 
 def _img(svg: str, alt: str, plot_id: str) -> str:
     data = base64.b64encode(svg.encode("utf-8")).decode("ascii")
-    return f'<img class="plot" id="{plot_id}" alt="{_e(alt)}" width="{W}" height="{H}" src="data:image/svg+xml;base64,{data}">'
+    return (f'<img class="plot" id="{plot_id}" alt="{_e(alt)}" width="{W}" height="{H}" '
+            f'src="data:image/svg+xml;base64,{data}">')
 
 
 def plots(report: dict) -> List[Tuple[str, str, str]]:
@@ -168,7 +170,8 @@ def render_html(report: dict, title: str = "eagle-probe report") -> str:
     ]
     if report["notices"]:
         parts.append("<h2>Notices</h2>" + _table(("event", "details"), [
-            (n.get("event"), ", ".join(f"{k}={v}" for k, v in n.items() if k not in ("event", "timestamp", "level", "logger")))
+            (n.get("event"), ", ".join(f"{k}={v}" for k, v in n.items()
+                                       if k not in ("event", "timestamp", "level", "logger")))
             for n in report["notices"]], "notices"))
     parts.append('<h2>Findings (all ranks)</h2>')
     if report["findings"]:
@@ -206,18 +209,22 @@ def render_html(report: dict, title: str = "eagle-probe report") -> str:
                     rows.append((c.get("role"), c.get("caller"), "yes" if c.get("during_graph_setup") else "no",
                                  c.get("requested_ids"), s["slot"], s["capture_index"], s["hf_index"], s["label"]))
             parts.append("<h3>Captured layers</h3>" + _table(
-                ("role", "configured by", "graph set-up", "ids", "slot", "capture index", "HF index", "label"), rows, "capture"))
+                ("role", "configured by", "graph set-up", "ids", "slot", "capture index", "HF index", "label"),
+                rows, "capture"))
         if r["forwards"]:
             parts.append("<h3>Forward signatures</h3>" + _table(
-                ("role", "mode", "path", "TBO", "layers", "labels", "aux", "shape", "slot widths", "dtype", "lost", "error"),
+                ("role", "mode", "path", "TBO", "layers", "labels", "aux", "shape", "slot widths", "dtype", "lost",
+                 "error"),
                 [(f.get("role"), f.get("mode"), f.get("path"), f.get("can_run_tbo"), f.get("layers_to_capture"),
-                  ", ".join(f.get("slot_labels") or []), f"{f.get('aux_returned')}/{f.get('aux_expected')} {f.get('aux_format')}",
+                  ", ".join(f.get("slot_labels") or []),
+                  f"{f.get('aux_returned')}/{f.get('aux_expected')} {f.get('aux_format')}",
                   f.get("aux_shape"), f.get("slot_widths"), f.get("dtype"), f.get("lost"), f.get("error"))
                  for f in r["forwards"]], "forwards"))
         if r["draft"]:
             parts.append("<h3>Draft</h3>" + _table(("event", "details"), [
                 (d["event"], json.dumps({k: v for k, v in d.items() if k not in (
-                    "event", "timestamp", "level", "logger", "pid", "tp_rank", "tp_size", "pp_rank", "dp_rank")}, default=str))
+                    "event", "timestamp", "level", "logger", "pid", "tp_rank", "tp_size", "pp_rank", "dp_rank")},
+                    default=str))
                 for d in r["draft"]], "draft"))
         if r["path_mix"]:
             parts.append(f"<h3>Path mix</h3><p>from {_e(r['path_mix_source'])}</p>" + _table(
@@ -232,7 +239,8 @@ def render_html(report: dict, title: str = "eagle-probe report") -> str:
         else:
             parts.append("<p>none</p>")
         for err in r["errors"]:
-            parts.append(f"<p class=\"error\">probe internal error in {_e(err.get('where'))}: {_e(err.get('error'))}</p>")
+            parts.append(f"<p class=\"error\">probe internal error in {_e(err.get('where'))}: "
+                         f"{_e(err.get('error'))}</p>")
     parts.append('<pre id="img-check"></pre>')
     parts.append(f"<script>window.addEventListener('load',function(){{{CHECK_SCRIPT}}});</script>")
     parts.append("</body></html>")

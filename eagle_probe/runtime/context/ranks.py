@@ -7,15 +7,13 @@ sglang.srt.distributed. Reading before initialisation returns None (the main pro
 import sys
 from typing import Optional
 
-from .observations import Ranks
+from ..observations import Ranks
+from . import sglang_context
 
 
 def _from_runtime_context() -> Optional[Ranks]:
-    module = sys.modules.get("sglang.srt.runtime_context")
-    if module is None or not hasattr(module, "get_parallel"):
-        return None
+    parallel = sglang_context.parallel()
     try:
-        parallel = module.get_parallel()
         tp_rank = parallel.tp_rank
     except Exception:  # not published yet
         return None

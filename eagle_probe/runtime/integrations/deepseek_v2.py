@@ -8,13 +8,14 @@ these methods are covered by the same wrappers.
 import sys
 import weakref
 
-from .. import versions
-from ..analysis.layers import split_layers
+from ... import versions
+from ...analysis.layers import split_layers
 from ..observations import CaptureConfigured, TargetForward
-from ..roles import role_of
+from ..context.roles import role_of
 from ..state import STATE
-from .base import Integration, PatchTarget
-from .capture_state import is_capturing
+from ..patcher import Integration, PatchTarget
+from ..recorder import forward_count_key
+from ..context.graph_capture import is_capturing
 
 MODULE = "sglang.srt.models.deepseek_v2"
 
@@ -68,19 +69,15 @@ def set_eagle3_layers_to_capture_wrapper(wrapped, instance, args, kwargs):
     return result
 
 
-class _ForwardFacts:
-    """What is known before the forward runs; completed from its result."""
-
-    __slots__ = ("static", "mode", "can_run_tbo", "layers", "split", "capturing", "tokens")
-
-
 class _ModelStatic:
-    """Per-module facts that do not change between forwards, read once (config reads are slow)."""
+    """Per-module facts that do not change between forwards, read once (config reads are slow), and the last
+    signature seen per mode: a forward that matches it is only counted."""
 
-    __slots__ = ("model_class", "role", "num_layers", "start_layer", "end_layer", "first_k_dense_replace",
-                 "splits")
+    __slots__ = ("ref", "model_class", "role", "num_layers", "start_layer", "end_layer", "first_k_dense_replace",
+                 "splits", "last")
 
     def __init__(self, instance):
+        self.ref = weakref.ref(instance)
         self.model_class = type(instance).__name__
         self.role = role_of(instance)
         self.start_layer = int(instance.start_layer)
@@ -90,32 +87,23 @@ class _ModelStatic:
         self.first_k_dense_replace = getattr(instance, "first_k_dense_replace", None)
         self.splits = {tbo: split_layers(self.start_layer, self.end_layer, self.first_k_dense_replace, tbo)
                        for tbo in (False, True)}
+        self.last = {}  # forward mode -> (signature, count key, lost slots)
 
 
-_statics = weakref.WeakKeyDictionary()
+_statics = {}  # id(module) -> _ModelStatic (its weak reference tells a reused id apart)
 _dtype_names = {}
 
 
 def forget_static_facts():
-    """Called when roles change (a ModelRunner loaded a model)."""
+    """Called when roles change (a ModelRunner loaded a model) and at uninstall."""
     _statics.clear()
 
 
-def _before_forward(instance, args, kwargs):
-    static = _statics.get(instance)
-    if static is None:
-        static = _statics[instance] = _ModelStatic(instance)
-    forward_batch = args[2] if len(args) > 2 else kwargs["forward_batch"]
-    input_ids = args[0] if args else kwargs.get("input_ids")
-    facts = _ForwardFacts()
-    facts.static = static
-    facts.mode = forward_batch.forward_mode.name
-    facts.can_run_tbo = can_run_tbo = bool(forward_batch.can_run_tbo)
-    facts.layers = tuple(instance.layers_to_capture)
-    facts.split = static.splits[can_run_tbo]
-    facts.capturing = is_capturing()
-    facts.tokens = input_ids.shape[0] if input_ids is not None else 0
-    return facts
+def _static_for(instance) -> _ModelStatic:
+    static = _statics.get(id(instance))
+    if static is None or static.ref() is not instance:
+        static = _statics[id(instance)] = _ModelStatic(instance)
+    return static
 
 
 def _dtype_name(dtype):
@@ -125,8 +113,42 @@ def _dtype_name(dtype):
     return name
 
 
+def _before_forward(instance, args, kwargs):
+    """(static, forward batch, input ids, layers, can_run_tbo, capturing): what is known before SGLang runs."""
+    forward_batch = args[2] if len(args) > 2 else kwargs["forward_batch"]
+    return (_static_for(instance), forward_batch, args[0] if args else kwargs.get("input_ids"),
+            tuple(instance.layers_to_capture), bool(forward_batch.can_run_tbo), is_capturing())
+
+
+def _result_key(result):
+    """The result's shape facts, cheaply: (aux container, aux width(s), hidden width, dtype)."""
+    if type(result) is tuple and len(result) == 2:
+        hidden, aux = result
+        if type(aux) is list or type(aux) is tuple:
+            return "list", tuple(t.shape[-1] for t in aux), hidden.shape[-1], hidden.dtype
+        return "packed", aux.shape[-1], hidden.shape[-1], hidden.dtype
+    if hasattr(result, "shape"):
+        return "none", None, result.shape[-1], result.dtype
+    return "pp_proxy", None, None, None  # not the last pipeline stage: nothing is captured here
+
+
 def _after_forward(facts, result, error):
-    static = facts.static
+    static, forward_batch, input_ids, layers, can_run_tbo, capturing = facts
+    mode = forward_batch.forward_mode
+    recorder = STATE.recorder
+    if error is None and not recorder.log_every_forward:
+        signature = (layers, can_run_tbo, capturing, _result_key(result))
+        last = static.last.get(mode)
+        if last is not None and last[0] == signature:
+            recorder.forward_repeated(last[1], last[2])
+            return
+    obs = _observation(static, mode.name, layers, can_run_tbo, capturing, input_ids, result, error)
+    recorder.target_forward(obs)
+    if error is None and not recorder.log_every_forward:
+        static.last[mode] = (signature, forward_count_key(obs), len(obs.lost))
+
+
+def _observation(static, mode, layers, can_run_tbo, capturing, input_ids, result, error) -> TargetForward:
     aux_shape, slot_widths, dtype, aux_returned, aux_format = None, (), None, None, "error"
     if error is None:
         if type(result) is tuple and len(result) == 2:
@@ -144,12 +166,12 @@ def _after_forward(facts, result, error):
             aux_format, aux_returned, dtype = "none", 0, _dtype_name(result.dtype)
         else:
             aux_format = "pp_proxy"  # not the last pipeline stage: nothing is captured here
-    split = facts.split
-    STATE.recorder.target_forward(TargetForward(
-        static.model_class, static.role, facts.mode, facts.capturing, facts.can_run_tbo, facts.layers,
-        static.num_layers, split.normal, split.tbo, split.lost(facts.layers), facts.tokens, len(facts.layers),
+    split = static.splits[can_run_tbo]
+    return TargetForward(
+        static.model_class, static.role, mode, capturing, can_run_tbo, layers, static.num_layers, split.normal,
+        split.tbo, split.lost(layers), input_ids.shape[0] if input_ids is not None else 0, len(layers),
         aux_returned, aux_format, aux_shape, slot_widths, dtype,
-        None if error is None else f"{type(error).__name__}: {error}"[:300]))
+        None if error is None else f"{type(error).__name__}: {error}"[:300])
 
 
 def model_forward_wrapper(wrapped, instance, args, kwargs):
@@ -177,6 +199,11 @@ def model_forward_wrapper(wrapped, instance, args, kwargs):
     return result
 
 
+def reset():
+    forget_static_facts()
+    _dtype_names.clear()
+
+
 INTEGRATION = Integration("deepseek_v2", (
     PatchTarget(MODULE, "DeepseekV2ForCausalLM.set_eagle3_layers_to_capture", set_eagle3_layers_to_capture_wrapper,
                 observes="capture set-up events (requested ids, captured layers, graph set-up calls) and the "
@@ -184,4 +211,4 @@ INTEGRATION = Integration("deepseek_v2", (
     PatchTarget(MODULE, "DeepseekV2Model.forward", model_forward_wrapper, inner_forward=True,
                 observes="target forward events (path, TBO, aux count, format and shapes) and the findings "
                          "built on them"),
-))
+), reset=reset)

@@ -1,0 +1,1 @@
+"""The offline commands (the `eagle-probe` CLI). Never loaded by a serving process."""

@@ -1,0 +1,28 @@
+"""A daemon thread that moves the recorder's plain counts into the Prometheus series every interval, so a
+scrape lags the hot path by at most that interval, also while the server is idle."""
+
+import threading
+import weakref
+
+
+class PeriodicFlusher:
+    def __init__(self, owner, interval_s: float):
+        self._owner = weakref.ref(owner)  # the thread never keeps a dropped recorder alive
+        self._interval = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="eagle-probe-flush", daemon=True)
+
+    def start(self) -> "PeriodicFlusher":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self):
+        while not self._stop.wait(self._interval):
+            owner = self._owner()
+            if owner is None:
+                return
+            owner.flush_metrics()
+            del owner

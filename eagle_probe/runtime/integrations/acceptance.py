@@ -1,0 +1,121 @@
+"""Per-step acceptance from values SGLang already holds on the CPU (no device synchronisation added).
+
+Every home and field name comes from the version table (versions.acceptance_targets / acceptance_field):
+each hook any release names is wrapped, and the wrapper reads the field the installed release's row names.
+A release has only some of these; the rest are never patched (their modules or methods do not exist there).
+- v1 worker: EAGLEWorker.verify returns (.., EagleVerifyOutput, ..); SGLang truncates the count when a request
+  finishes inside the accepted run.
+- v2 (overlap) resolvers take (result, batch) and hold the per-request counts on `result` after they return.
+On every spec-v2 path the probe counts only requests that are neither retracted nor finished: the overlap
+scheduler runs one more verify step for a request that just finished and discards its tokens (0.5.13+ leaves
+it out of its own counts; 0.5.8's server-wide "accept len" still includes it, its per-request meta_info not),
+and a step whose requests had all finished is not a verify step.
+"""
+
+from operator import attrgetter
+
+from ... import versions
+from ..context import sglang_context
+from ..observations import VerifyStep
+from ..state import STATE
+from ..patcher import Integration, PatchTarget
+
+_is_retracted = attrgetter("is_retracted")
+_finished_reason = attrgetter("finished_reason")  # Req.finished() is `finished_reason is not None`
+
+_fields = {}  # dotted target -> field name for the installed release (resolved once)
+_positions = []  # [draft positions]: a server's speculative steps never change, read once
+
+
+def reset() -> None:
+    _fields.clear()
+    _positions.clear()
+
+
+def _field(target: str) -> str:
+    field = _fields.get(target)
+    if field is None:
+        field = _fields[target] = versions.acceptance_field(target, STATE.recorder.rules)
+    return field
+
+
+def _draft_positions(instance, result=None) -> int:
+    """Draft positions along the chain: the server's speculative steps."""
+    if _positions:
+        return _positions[0]
+    steps = None
+    for owner in (instance, getattr(instance, "server_args", None), sglang_context.spec()):
+        value = getattr(owner, "speculative_num_steps", None)
+        if isinstance(value, int):
+            steps = value
+            break
+    if steps is None:  # a chain proposes num_draft_tokens - 1 tokens; the last is the bonus
+        return int(result.speculative_num_draft_tokens) - int(getattr(result, "num_non_draft_tokens_per_req", 1))
+    _positions.append(steps)
+    return steps
+
+
+def _live(counts, reqs):
+    """Counts of the requests still running: with the overlap scheduler a request that finished (or was
+    retracted) in the previous step rides one more verify step whose tokens SGLang discards. The common case
+    (none finished) is decided by two passes in C."""
+    if not any(map(_is_retracted, reqs)) and list(map(_finished_reason, reqs)).count(None) == len(reqs):
+        return counts
+    return [n for n, req in zip(counts, reqs) if not (req.is_retracted or req.finished())]
+
+
+def _record(accepted, positions, source):
+    STATE.recorder.verify_step(VerifyStep(accepted, positions, source))
+
+
+def _v1_wrapper(target: str, site: str):
+    def wrapper(wrapped, instance, args, kwargs):
+        output = wrapped(*args, **kwargs)
+        if STATE.active:
+            try:
+                _record(getattr(output[1], _field(target)), _draft_positions(instance), target)
+            except Exception as exc:
+                STATE.report_error(site, exc)
+        return output
+
+    return wrapper
+
+
+def _v2_wrapper(target: str, site: str):
+    def wrapper(wrapped, instance, args, kwargs):
+        output = wrapped(*args, **kwargs)
+        if STATE.active:
+            try:
+                result = args[0] if args else kwargs["result"]
+                batch = args[1] if len(args) > 1 else kwargs["batch"]
+                live = _live(getattr(result, _field(target)), batch.reqs)
+                if live:
+                    _record(live, _draft_positions(instance, result), target)
+            except Exception as exc:
+                STATE.report_error(site, exc)
+        return output
+
+    return wrapper
+
+
+_OFF = "per-step acceptance (events and spec metrics) on the {} worker"
+_WORKERS = {versions.V1_WORKER: (_v1_wrapper, _OFF.format("v1 EAGLE")),
+            versions.V2_WORKER: (_v2_wrapper, _OFF.format("spec-v2 overlap"))}
+
+
+def _target(module: str, qualname: str, worker: str) -> PatchTarget:
+    make_wrapper, off = _WORKERS[worker]
+    site = "acceptance." + qualname.rsplit(".", 1)[-1].lstrip("_")
+    return PatchTarget(module, qualname, make_wrapper(f"{module}.{qualname}", site), observes=off)
+
+
+INTEGRATION = Integration("acceptance", tuple(_target(*hook) for hook in versions.acceptance_targets()),
+                          reset=reset)
+
+
+def wrapper_for(qualname: str):
+    """The installed wrapper of the hook whose qualified name is `qualname` (for benchmarks and tests)."""
+    for target in INTEGRATION.targets:
+        if target.qualname == qualname:
+            return target.wrapper
+    raise KeyError(qualname)
