@@ -128,7 +128,26 @@ class SGLangServer:
         # [0]); start() polls /health, so switch that off to keep the traffic a probe sees down to
         # SGLang's own warm-up request (input_ids [10, 11, 12], 8 new tokens).
         env.setdefault("SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION", "0")
+        # --tp-size N > 1: pynccl off (sglang_cpu.tp_shims) and one core per rank (SGLANG_CPU_OMP_THREADS_BIND
+        # "0|1"); a caller's own values win.
+        tp_size = self.tp_size()
+        if tp_size > 1:
+            from sglang_cpu.tp_shims import tp_env
+
+            for key, value in tp_env(tp_size).items():
+                env.setdefault(key, value)
         return env
+
+    def tp_size(self):
+        """The --tp-size (or --tp) among the extra args; 1 without one."""
+        args = self.extra_args
+        for i, arg in enumerate(args):
+            for flag in ("--tp-size", "--tp"):
+                if arg == flag and i + 1 < len(args):
+                    return int(args[i + 1])
+                if arg.startswith(flag + "="):
+                    return int(arg.split("=", 1)[1])
+        return 1
 
     def start(self, timeout=600.0):
         """Start the server and wait until ``/health`` answers 200 (after SGLang's warm-up)."""
@@ -205,6 +224,12 @@ class SGLangServer:
 
     def metrics_text(self, timeout=30.0):
         return self._request("/metrics", timeout=timeout).decode()
+
+    def flushed_metrics_text(self, flush_interval_s=1.0, timeout=30.0):
+        """/metrics once everything counted so far has been flushed: the probe moves its counts into the series
+        every flush interval (EAGLE_PROBE_FLUSH_INTERVAL_S, default 1 s), so wait a little longer than one."""
+        time.sleep(flush_interval_s * 1.5)
+        return self.metrics_text(timeout=timeout)
 
     def get_json(self, path, timeout=30.0):
         return json.loads(self._request(path, timeout=timeout))

@@ -4,6 +4,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
 
 from ..versions import VersionRules
+from .fingerprints import RMS_SPREAD_TOLERANCE, SIGNATURE_COSINE_TOLERANCE
 from .layers import apply_capture_rule, capture_label, unreachable_indices
 
 if TYPE_CHECKING:  # the observation types only; analysis never needs the runtime itself
@@ -36,6 +37,10 @@ DRAFT_WEIGHTS_DROPPED = "draft_weights_dropped"
 DRAFT_EMBEDDING_REPLACED = "draft_embedding_replaced"
 PP_STAGE_NO_CAPTURE = "pp_stage_no_capture"
 ACCEPTANCE_COLLAPSE = "acceptance_collapse"
+# Values (fingerprints of the aux slots).
+AUX_NONFINITE = "aux_nonfinite"
+AUX_SLOTS_IDENTICAL = "aux_slots_identical"
+TP_RANK_DIVERGENCE = "tp_rank_divergence"
 
 ERROR, WARNING = "error", "warning"
 
@@ -54,6 +59,10 @@ CODES = {
     DRAFT_EMBEDDING_REPLACED: (WARNING, "the draft's own embedding or lm_head is replaced by the target's"),
     PP_STAGE_NO_CAPTURE: (WARNING, "capture ids on pipeline stages other than the last are never captured"),
     ACCEPTANCE_COLLAPSE: (ERROR, "observed mean acceptance length stays far under the expected one"),
+    AUX_NONFINITE: (ERROR, "an aux slot carries NaN or Inf values"),
+    AUX_SLOTS_IDENTICAL: (WARNING, "two aux slots carry the same values (e.g. a repeated capture index)"),
+    TP_RANK_DIVERGENCE: (ERROR, "tensor-parallel ranks that must hold the same aux states for the same tokens "
+                                "disagree beyond the tolerance"),
 }
 
 
@@ -221,3 +230,39 @@ def acceptance_collapse_finding(observed: float, expected: float, accuracy: floa
         f"{[round(r, 3) for r in per_position]}. Likely causes among the findings seen: {causes}.",
         observed=round(observed, 4), expected=round(expected, 4), draft_accuracy=accuracy,
         per_position_rate=[round(r, 4) for r in per_position], drafts=drafts, likely_causes=list(seen_codes))
+
+
+def aux_nonfinite_finding(role: str, slot: int, capture_index: Optional[int], label: str, count: int,
+                          tokens: int, width: int) -> Finding:
+    where = f"aux slot {slot}" + (f" (capture index {capture_index}, {label})" if capture_index is not None else "")
+    return _finding(
+        AUX_NONFINITE,
+        f"{role}: {where} carries {count} non-finite values (NaN or Inf) in a sampled forward of {tokens} tokens x "
+        f"{width} channels; the draft is fed them as they are. Find the first layer whose output is non-finite "
+        f"(an all-layer dump, EAGLE_PROBE_DUMP_LAYERS=all, holds every layer) and check its weights and dtype.",
+        role=role, slot=slot, capture_index=capture_index, label=label, nonfinite=count, tokens=tokens)
+
+
+def aux_slots_identical_finding(role: str, slots: Sequence[int], capture_indices: Sequence[Optional[int]]) -> Finding:
+    pairs = ", ".join(f"slot {s}" + (f" (capture index {i})" if i is not None else "")
+                      for s, i in zip(slots, capture_indices))
+    return _finding(
+        AUX_SLOTS_IDENTICAL,
+        f"{role}: {pairs} carry the same values to the bit: the draft gets one layer twice and misses the one it "
+        f"was trained on (a repeated capture index, or two ids that map to the same layer under this release's "
+        f"rule).", role=role, slots=list(slots), capture_indices=list(capture_indices))
+
+
+def tp_rank_divergence_finding(role: str, slot: int, label: str, step: int, ranks: Sequence[int],
+                               rms_spread: float, lowest_cosine: Optional[float], layout: str,
+                               rms_by_rank: dict) -> Finding:
+    cosine_text = "" if lowest_cosine is None else f", lowest signature cosine {lowest_cosine:.6f}"
+    rms_text = ", ".join(f"tp_rank {r}: {v:.6g}" for r, v in sorted(rms_by_rank.items()))
+    return _finding(
+        TP_RANK_DIVERGENCE,
+        f"{role}: aux slot {slot} ({label}) differs between tp ranks {', '.join(map(str, ranks))} at forward "
+        f"{step}: rms spread {rms_spread:.3g} ({rms_text}){cosine_text}; tolerance: spread "
+        f"{RMS_SPREAD_TOLERANCE:g}, cosine {SIGNATURE_COSINE_TOLERANCE:g}. {layout} A rank holding partial sums "
+        f"(a missing all-reduce) or another model state feeds its draft other values than the others.",
+        role=role, slot=slot, label=label, step=step, ranks=list(ranks), rms_spread=rms_spread,
+        lowest_signature_cosine=lowest_cosine, rms_by_rank={str(k): v for k, v in sorted(rms_by_rank.items())})

@@ -127,3 +127,20 @@ class VerifyStep(NamedTuple):
     accepted: Tuple[int, ...]
     positions: int  # draft positions along the chain (speculative steps)
     source: str = ""  # the SGLang function whose result was read (the release's acceptance hook)
+
+
+class AuxFingerprint(NamedTuple):
+    """One aux slot's fingerprint from one sampled forward (plain floats, read from host memory)."""
+
+    role: str
+    slot: int
+    capture_index: Optional[int]  # None for the draft's input (the draft does not know the layer)
+    mode: str
+    step: int  # the model's forward count in this process (equal across TP ranks for the same forward)
+    tokens: int
+    width: int
+    rms: float
+    mean: float
+    absmax: float
+    nonfinite: int
+    signature: Tuple[float, ...]

@@ -13,15 +13,19 @@ from typing import Callable, Optional
 from .. import __version__
 from ..analysis import draft_rules
 from ..analysis import findings as rules_mod
+from ..analysis.fingerprints import identical, moved
 from ..analysis.findings import Finding
 from ..analysis.layers import apply_capture_rule, capture_label, explain_mapping, parse_trained_layers
 from ..config import ProbeConfig
-from ..events import (ACCEPTANCE, CAPTURE_CONFIGURED, DRAFT_FORWARD, DRAFT_LOADED, FINDING, INTEGRATION_SKIPPED,
+from ..events import (ACCEPTANCE, AUX_FINGERPRINT, CAPTURE_CONFIGURED, DRAFT_FORWARD, DRAFT_LOADED, FINDING,
+                      INTEGRATION_SKIPPED,
                       INTERNAL_ERROR, STARTED, SUMMARY, TARGET_FORWARD)
 from ..versions import SUPPORTED_RANGE_TEXT, VersionRules, format_version, rule_since
 from .acceptance_monitor import AcceptanceMonitor, counts_since
 from .flusher import PeriodicFlusher
-from .observations import CaptureConfigured, DraftForward, DraftLoaded, Ranks, TargetForward, VerifyStep
+from .observations import (AuxFingerprint, CaptureConfigured, DraftForward, DraftLoaded, Ranks, TargetForward,
+                           VerifyStep)
+from .values.sampler import FingerprintSampler
 
 SELF_FED_DRAFT_MODES = ("DECODE", "IDLE")
 
@@ -83,6 +87,11 @@ class Recorder:
         self._next_tick = self._last_summary + config.summary_interval_s
         self._target_capture = None  # last CaptureConfigured outside graph set-up (the eager truth)
         self._draft = None  # DraftLoaded
+        self.fingerprints = (FingerprintSampler(config.fingerprint_interval_s)
+                             if config.fingerprint_interval_s > 0 else None)
+        self._fingerprint_logged = {}  # (role, slot) -> (rms, signature) last logged
+        self._fingerprint_bucket = {}  # role -> summary-interval bucket of the last full log
+        self._values_reported = set()  # (code, role, slot or slots) already reported as a finding
 
     # -- process context ---------------------------------------------------------------------
 
@@ -271,6 +280,53 @@ class Recorder:
         self._emit("warning" if finding.severity != "error" else "error", FINDING, code=finding.code,
                    severity=finding.severity, role=role, message=finding.message, evidence=finding.evidence_dict())
         self._metric("finding", finding, role)
+
+    def aux_sampled(self, context, values):
+        """A sampled forward's fingerprints, read from host memory: gauges, log lines, value findings."""
+        self._ensure_ranks()
+        prints = [AuxFingerprint(context.role, slot, index, context.mode, context.step, context.tokens,
+                                 width, rms, mean, absmax, nonfinite, signature)
+                  for slot, (index, width, (rms, mean, absmax, nonfinite, signature))
+                  in enumerate(zip(context.capture_indices, context.widths, values))]
+        self._metric("aux_fingerprints", prints)
+        self._log_fingerprints(prints, context)
+        for fp in prints:
+            if fp.nonfinite and ("nonfinite", fp.role, fp.slot) not in self._values_reported:
+                self._values_reported.add(("nonfinite", fp.role, fp.slot))
+                self.finding(rules_mod.aux_nonfinite_finding(
+                    fp.role, fp.slot, fp.capture_index, self._slot_label(fp, context.num_layers), fp.nonfinite,
+                    fp.tokens, fp.width), fp.role)
+        for i, a in enumerate(prints):
+            for b in prints[i + 1:]:
+                key = ("identical", a.role, a.slot, b.slot)
+                if key not in self._values_reported and identical((a.rms, a.mean, a.absmax, a.signature),
+                                                                  (b.rms, b.mean, b.absmax, b.signature)):
+                    self._values_reported.add(key)
+                    self.finding(rules_mod.aux_slots_identical_finding(
+                        a.role, (a.slot, b.slot), (a.capture_index, b.capture_index)), a.role)
+
+    def _log_fingerprints(self, prints, context):
+        """Every slot on first sight and once per summary interval (on the same forward on every rank: the bucket
+        comes from the wall clock), a single slot also when it moved beyond the change tolerance."""
+        bucket = int(context.wall // self.config.summary_interval_s)
+        log_all = self._fingerprint_bucket.get(context.role) != bucket
+        self._fingerprint_bucket[context.role] = bucket
+        for fp in prints:
+            key = (fp.role, fp.slot)
+            last = self._fingerprint_logged.get(key)
+            if not (log_all or last is None or moved(last, (fp.rms, fp.signature))):
+                continue
+            self._fingerprint_logged[key] = (fp.rms, fp.signature)
+            self._emit("info", AUX_FINGERPRINT, role=fp.role, slot=fp.slot, capture_index=fp.capture_index,
+                       hf_index=fp.capture_index, label=self._slot_label(fp, context.num_layers), mode=fp.mode,
+                       step=fp.step, tokens=fp.tokens, width=fp.width, rms=fp.rms, mean=fp.mean, absmax=fp.absmax,
+                       nonfinite=fp.nonfinite, signature=[round(v, 6) for v in fp.signature])
+
+    @staticmethod
+    def _slot_label(fp: AuxFingerprint, num_layers):
+        if fp.capture_index is None:
+            return f"draft input slot {fp.slot}"
+        return capture_label(fp.capture_index, num_layers)
 
     # -- cross-checks ----------------------------------------------------------------------------
 

@@ -1,7 +1,9 @@
 """Loaded through PYTHONPATH in SGLang's processes (tests and example only): applies the CPU shims.
 
 With SGLANG_CPU_SPEC=1 in the environment it also applies the speculative (EAGLE-3) shims of
-`sglang_cpu.spec_shims` and sets TRITON_INTERPRET=1 before anything imports Triton.
+`sglang_cpu.spec_shims` and sets TRITON_INTERPRET=1 before anything imports Triton. With SGLANG_CPU_TP=1
+it applies `sglang_cpu.tp_shims` (pynccl off, for --tp-size 2), and with SGLANG_CPU_PERTURB_AUX="RANK:SLOT:SCALE"
+the test-only aux perturbation, registered here so that it wraps DeepseekV2Model.forward before the probe does.
 """
 
 import os
@@ -20,6 +22,13 @@ if os.environ.get("SGLANG_CPU_SPEC", "") == "1":
     from sglang_cpu import spec_shims  # noqa: E402
 
     spec_shims.apply()
+
+if os.environ.get("SGLANG_CPU_TP", "") == "1" or os.environ.get("SGLANG_CPU_PERTURB_AUX", ""):
+    from sglang_cpu import tp_shims  # noqa: E402
+
+    if tp_shims.enabled():
+        tp_shims.apply()
+    tp_shims.apply_perturbation()
 
 from sglang_cpu import census  # noqa: E402
 

@@ -30,3 +30,25 @@ def start_server(checkpoint, root, name, extra_args=(), pythonpath_prefix=(), en
                           log_path=os.path.join(root, f"{name}.log"))
     server.start(timeout=START_TIMEOUT)
     return server
+
+
+def start_tp2_server(root, name, extra_env=None, case=None, num_steps=2, extra_args=()):
+    """Start a real `--tp-size 2` speculative EAGLE-3 server with the probe injected through PYTHONPATH.
+
+    `case` is a `sglang_cpu.draft_models.build_case` result (default: the "map" case, written under
+    root/name-case). The probe logs to root/probe-NAME; `--enable-metrics` is on. SGLangServer adds the TP
+    settings (SGLANG_CPU_TP=1, SGLANG_CPU_OMP_THREADS_BIND="0|1"); `extra_env` adds to the environment, e.g.
+    {"SGLANG_CPU_PERTURB_AUX": "1:1:1.5"} (sglang_cpu.tp_shims). Returns (server, probe log dir); the caller
+    stops the server."""
+    from eagle_probe.bootstrap import BOOTSTRAP_DIR
+    from sglang_cpu.draft_models import build_case
+    from sglang_cpu.spec_shims import SPEC_ENV
+
+    if case is None:
+        case = build_case(os.path.join(root, f"{name}-case"), "map", num_steps=num_steps)
+    log_dir = os.path.join(root, f"probe-{name}")
+    env = dict(SPEC_ENV, EAGLE_PROBE_LOG_DIR=log_dir, EAGLE_PROBE_SUMMARY_INTERVAL_S="0.2")
+    env.update(extra_env or {})
+    args = ["--tp-size", "2", *case["args"], "--enable-metrics", *extra_args]
+    server = start_server(case["target"], root, name, args, pythonpath_prefix=[BOOTSTRAP_DIR], env=env)
+    return server, log_dir

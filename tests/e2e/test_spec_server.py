@@ -102,9 +102,9 @@ def random_runs(root):
         plain.stop()
     spec = _start(case["target"], root, "random-spec", case["args"] + ["--enable-metrics"])
     try:
-        before = _spec_counters(spec.metrics_text())
+        before = _spec_counters(spec.flushed_metrics_text())
         spec_raw = [spec.generate_raw(p, max_new_tokens=12) for p in RANDOM_PROMPTS]
-        counters = _delta(_spec_counters(spec.metrics_text()), before)
+        counters = _delta(_spec_counters(spec.flushed_metrics_text()), before)
         log = spec.log_text()
     finally:
         spec.stop()
@@ -167,9 +167,9 @@ def zero_head_runs(root):
     case = build_case(root, "zero_head", num_steps=NUM_STEPS)
     server = _start(case["target"], root, "zero-head", case["args"] + ["--enable-metrics"])
     try:
-        before = _spec_counters(server.metrics_text())
+        before = _spec_counters(server.flushed_metrics_text())
         out = {k: server.generate_raw(p, max_new_tokens=n) for k, (p, n) in case["expected"]["prompts"].items()}
-        counters = _delta(_spec_counters(server.metrics_text()), before)
+        counters = _delta(_spec_counters(server.flushed_metrics_text()), before)
         log = server.log_text()
     finally:
         server.stop()
@@ -211,10 +211,10 @@ def map_runs(root):
         before = _metric(server.metrics_text(), "sglang:spec_verify_calls_total") or 0.0
         out, counters = {}, {}
         for k, (p, n) in case["expected"]["prompts"].items():
-            start = _spec_counters(server.metrics_text())
+            start = _spec_counters(server.flushed_metrics_text())
             out[k] = server.generate_raw(p, max_new_tokens=n)
-            counters[k] = _delta(_spec_counters(server.metrics_text()), start)
-        metrics = server.metrics_text()
+            counters[k] = _delta(_spec_counters(server.flushed_metrics_text()), start)
+        metrics = server.flushed_metrics_text()
         log = server.log_text()
     finally:
         server.stop()

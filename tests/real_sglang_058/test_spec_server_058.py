@@ -59,9 +59,9 @@ def _run(root, name, case, env):
     try:
         out, deltas = {}, {}
         for key, (prompt, max_new) in case["expected"]["prompts"].items():
-            before = _counters(server.metrics_text())
+            before = _counters(server.flushed_metrics_text())
             out[key] = server.generate_raw(prompt, max_new_tokens=max_new)
-            after = _counters(server.metrics_text())
+            after = _counters(server.flushed_metrics_text())
             deltas[key] = {k: after[k] - before[k] for k in after}
     finally:
         server.stop()

@@ -15,6 +15,7 @@ from ..context.roles import role_of
 from ..state import STATE
 from ..patcher import Integration, PatchTarget
 from ..recorder import forward_count_key
+from ..values.sampler import SampleContext, deliver_ready, real_tokens, sampled_mode
 from ..context.graph_capture import is_capturing
 
 MODULE = "sglang.srt.models.deepseek_v2"
@@ -74,7 +75,7 @@ class _ModelStatic:
     signature seen per mode: a forward that matches it is only counted."""
 
     __slots__ = ("ref", "model_class", "role", "num_layers", "start_layer", "end_layer", "first_k_dense_replace",
-                 "splits", "last")
+                 "splits", "last", "forwards")
 
     def __init__(self, instance):
         self.ref = weakref.ref(instance)
@@ -88,6 +89,7 @@ class _ModelStatic:
         self.splits = {tbo: split_layers(self.start_layer, self.end_layer, self.first_k_dense_replace, tbo)
                        for tbo in (False, True)}
         self.last = {}  # forward mode -> (signature, count key, lost slots)
+        self.forwards = 0  # this model's forwards so far: the `step` of a fingerprint
 
 
 _statics = {}  # id(module) -> _ModelStatic (its weak reference tells a reused id apart)
@@ -136,6 +138,13 @@ def _after_forward(facts, result, error):
     static, forward_batch, input_ids, layers, can_run_tbo, capturing = facts
     mode = forward_batch.forward_mode
     recorder = STATE.recorder
+    static.forwards += 1
+    sampler = recorder.fingerprints
+    if sampler is not None and error is None:
+        try:
+            _sample_values(sampler, recorder, static, mode, capturing, forward_batch, result, layers)
+        except Exception as exc:
+            STATE.report_error("deepseek_v2.fingerprint", exc)
     if error is None and not recorder.log_every_forward:
         signature = (layers, can_run_tbo, capturing, _result_key(result))
         last = static.last.get(mode)
@@ -146,6 +155,42 @@ def _after_forward(facts, result, error):
     recorder.target_forward(obs)
     if error is None and not recorder.log_every_forward:
         static.last[mode] = (signature, forward_count_key(obs), len(obs.lost))
+
+
+def _sample_values(sampler, recorder, static, mode, capturing, forward_batch, result, layers):
+    """Read finished fingerprints; on the first eager EXTEND / TARGET_VERIFY forward of a sampling interval, queue
+    the reductions of the aux states this forward returns (as the draft receives them)."""
+    if sampler.pending:
+        deliver_ready(sampler, recorder)
+    if capturing or not sampled_mode(mode) or type(result) is not tuple or len(result) != 2:
+        return
+    wall = sampler.due(static.role)
+    if wall is None:
+        return
+    hidden, aux = result
+    if isinstance(aux, (list, tuple)):
+        if not aux:
+            return
+        aux = torch_stack_last(aux)
+    width = hidden.shape[-1]
+    slots = aux.shape[-1] // width if width else 0
+    if not slots or aux.shape[-1] != slots * width:
+        return
+    tokens = real_tokens(forward_batch, aux.shape[0])
+    indices = tuple(sorted(set(layers)))[:slots]  # SGLang captures in layer order, each layer once
+    if len(indices) != slots:
+        indices = (None,) * slots
+    context = SampleContext(role=static.role, mode=mode.name, step=static.forwards, tokens=tokens,
+                            capture_indices=indices, widths=(width,) * slots, num_layers=static.num_layers, wall=wall)
+    if sampler.queue(aux[:tokens], slots, width, context):
+        deliver_ready(sampler, recorder)  # on the CPU the values are there at once; on a GPU, on a later forward
+
+
+def torch_stack_last(tensors):
+    """A list-format release's aux states, packed as the draft receives them."""
+    import torch
+
+    return torch.cat(tuple(tensors), dim=-1)
 
 
 def _observation(static, mode, layers, can_run_tbo, capturing, input_ids, result, error) -> TargetForward:

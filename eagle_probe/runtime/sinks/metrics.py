@@ -132,6 +132,15 @@ class MetricsSink:
             "eagle_probe_spec_accepted_length", "Accepted draft tokens per request and verify step (bonus excluded).",
             RANK_LABELS, buckets=tuple(range(0, 17)) + (float("inf"),), **kw)
         self._label_names[id(self.accept_length)] = ()
+        self.aux_rms = gauge("eagle_probe_aux_rms", "RMS of each aux slot in the last sampled forward.",
+                             ("role", "slot"))
+        self.aux_absmax = gauge("eagle_probe_aux_absmax", "Largest absolute value of each aux slot in the last "
+                                "sampled forward.", ("role", "slot"))
+        self.aux_step = gauge("eagle_probe_aux_fingerprint_step", "The model's forward count at the last sampled "
+                              "forward (equal across TP ranks when their gauges describe the same forward).",
+                              ("role",))
+        self.aux_nonfinite = counter("eagle_probe_aux_nonfinite_total", "NaN or Inf values seen in sampled aux "
+                                     "slots.", ("role", "slot"))
         self._children = {}
         self._layer_series = {}
 
@@ -214,6 +223,17 @@ class MetricsSink:
         histogram = self._child(self.accept_length)
         for value, count in lengths.items():
             _observe_many(histogram, value, count)
+
+    def aux_fingerprints(self, prints):
+        """One sampled forward's fingerprints (a list of AuxFingerprint of one role)."""
+        for fp in prints:
+            slot = str(fp.slot)
+            self._child(self.aux_rms, fp.role, slot).set(fp.rms)
+            self._child(self.aux_absmax, fp.role, slot).set(fp.absmax)
+            if fp.nonfinite:
+                self._child(self.aux_nonfinite, fp.role, slot).inc(fp.nonfinite)
+        if prints:
+            self._child(self.aux_step, prints[0].role).set(prints[0].step)
 
     def integration_skipped(self, integration: str, target: str):
         self._child(self.skipped, integration, target).inc()

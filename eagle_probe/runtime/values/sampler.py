@@ -1,0 +1,90 @@
+"""When to fingerprint, and handing finished fingerprints to the recorder.
+
+Sampling follows wall-clock buckets of EAGLE_PROBE_FINGERPRINT_INTERVAL_S: the first eligible forward in each
+bucket is sampled. Tensor-parallel ranks run the same forwards in lockstep on one clock, so they sample the same
+forward (its `step`, the count of the model's forwards) without any communication, and `summarize` can compare
+their fingerprints step by step. Results are read on a later call once their copy is done.
+"""
+
+import time
+from typing import NamedTuple, Optional, Tuple
+
+from .fingerprint import Fingerprinter
+
+
+class SampleContext(NamedTuple):
+    """What the recorder needs besides the numbers: whose states, which forward, which layers."""
+
+    role: str
+    mode: str
+    step: int
+    tokens: int
+    capture_indices: Tuple[Optional[int], ...]  # per slot; None where unknown (the draft's input)
+    widths: Tuple[int, ...]  # per slot
+    num_layers: Optional[int]
+    wall: float  # time.time() of the sampled forward
+
+
+class FingerprintSampler:
+    def __init__(self, interval_s: float, clock=time.time):
+        self.interval = interval_s
+        self._clock = clock
+        self._buckets = {}  # role -> wall-clock bucket last sampled
+        self._fingerprinters = {}  # (slots, width, device) -> Fingerprinter
+        self.pending = []  # [(PendingRead, SampleContext)], oldest first
+
+    def due(self, role: str) -> Optional[float]:
+        """The wall time when this role's next forward should be sampled now, else None."""
+        now = self._clock()
+        bucket = int(now // self.interval)
+        if self._buckets.get(role) == bucket:
+            return None
+        self._buckets[role] = bucket
+        return now
+
+    def queue(self, states, slots: int, width: int, context: SampleContext) -> bool:
+        """Queue the reductions of states [T, slots * width] (real tokens only) on their device."""
+        key = (slots, width, states.device)
+        fingerprinter = self._fingerprinters.get(key)
+        if fingerprinter is None:
+            fingerprinter = self._fingerprinters[key] = Fingerprinter(slots, width, states.device)
+        pending = fingerprinter.queue(states)
+        if pending is None:
+            return False
+        self.pending.append((pending, context))
+        return True
+
+    def take_ready(self):
+        """[(SampleContext, per-slot values)] whose copies are done, in order; the rest stay pending."""
+        done = []
+        while self.pending and self.pending[0][0].ready():
+            pending, context = self.pending.pop(0)
+            done.append((context, pending.read()))
+        return done
+
+
+SAMPLED_TARGET_MODES = ("EXTEND", "TARGET_VERIFY")  # eager forwards whose aux states feed the draft
+_sampled_modes = {}  # ForwardMode member -> whether it is sampled (names read once)
+
+
+def sampled_mode(mode, names=SAMPLED_TARGET_MODES) -> bool:
+    key = (mode, names)
+    sampled = _sampled_modes.get(key)
+    if sampled is None:
+        sampled = _sampled_modes[key] = mode.name in names
+    return sampled
+
+
+def real_tokens(forward_batch, rows: int) -> int:
+    """Rows that are real tokens: an EXTEND batch says how many it extends; other eager batches have no padding."""
+    lens = getattr(forward_batch, "extend_seq_lens_cpu", None)
+    if isinstance(lens, list) and lens:
+        total = sum(lens)
+        if 0 < total <= rows:
+            return total
+    return rows
+
+
+def deliver_ready(sampler: FingerprintSampler, recorder) -> None:
+    for context, values in sampler.take_ready():
+        recorder.aux_sampled(context, values)
