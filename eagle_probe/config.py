@@ -5,12 +5,13 @@ Environment variables are the only channel that reaches SGLang's spawned schedul
 
 import os
 from dataclasses import dataclass
-from typing import Mapping, Optional
+from typing import Mapping, Optional, Tuple
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 INNER_FORWARD_MODES = ("auto", "on", "off")
+DUMP_LAYER_CHOICES = ("aux", "all")
 
 # Launch flags under which SGLang dynamo-traces the inner model forward; a wrapper there would
 # be traced into (or break) a fullgraph compile, so inner-forward wrappers stay off.
@@ -42,6 +43,11 @@ class ProbeConfig:
     collapse_ratio: float = 0.6  # observed / expected mean acceptance length under this is a collapse
     collapse_min_drafts: int = 64  # request-steps a window needs before it can be judged
     trained_layers: Optional[str] = None  # e.g. "hf:0,3,31": what the draft was trained on
+    dump_dir: Optional[str] = None  # opt-in dumps of target EXTEND forwards (they contain token ids)
+    dump_every: int = 10  # the first eligible forward, then every N-th
+    dump_ranks: Optional[Tuple[int, ...]] = (0,)  # tp ranks that write; None: all
+    dump_layers: str = "aux"  # aux: what the draft receives; all: also the residual stream entering every layer
+    dump_max_mb: float = 256.0  # the dump directory's total
 
     def to_env(self) -> dict:
         """The variables that reproduce this configuration in a child process."""
@@ -64,6 +70,10 @@ class ProbeConfig:
         env["EAGLE_PROBE_COLLAPSE_MIN_DRAFTS"] = str(self.collapse_min_drafts)
         if self.trained_layers:
             env["EAGLE_PROBE_TRAINED_LAYERS"] = self.trained_layers
+        if self.dump_dir:
+            env.update(EAGLE_PROBE_DUMP_DIR=self.dump_dir, EAGLE_PROBE_DUMP_EVERY=str(self.dump_every),
+                       EAGLE_PROBE_DUMP_RANKS="all" if self.dump_ranks is None else ",".join(map(str, self.dump_ranks)),
+                       EAGLE_PROBE_DUMP_LAYERS=self.dump_layers, EAGLE_PROBE_DUMP_MAX_MB=repr(self.dump_max_mb))
         return env
 
 
@@ -111,6 +121,10 @@ def _positive_float(env: Mapping[str, str], name: str, default: float) -> float:
     return _number(env, name, default, float, lambda v: 0 < v < float("inf"), "a number of seconds > 0")
 
 
+def _positive_float_mb(env: Mapping[str, str], name: str, default: float) -> float:
+    return _number(env, name, default, float, lambda v: 0 < v < float("inf"), "a size in MB > 0")
+
+
 def _seconds_or_zero(env: Mapping[str, str], name: str, default: float) -> float:
     return _number(env, name, default, float, lambda v: 0 <= v < float("inf"), "a number of seconds >= 0")
 
@@ -136,6 +150,21 @@ def _layer_spec(env: Mapping[str, str], name: str) -> Optional[str]:
     return raw.strip()
 
 
+def _ranks(env: Mapping[str, str], name: str, default: Tuple[int, ...]) -> Optional[Tuple[int, ...]]:
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    if raw.strip().lower() == "all":
+        return None
+    try:
+        ranks = tuple(int(part) for part in raw.split(","))
+    except ValueError:
+        raise ConfigError(name, raw, "'all' or comma-separated tp ranks >= 0, e.g. '0' or '0,1'") from None
+    if not ranks or any(r < 0 for r in ranks):
+        raise ConfigError(name, raw, "'all' or comma-separated tp ranks >= 0, e.g. '0' or '0,1'")
+    return ranks
+
+
 def load_config(env: Optional[Mapping[str, str]] = None) -> ProbeConfig:
     """Parse EAGLE_PROBE_* variables; raises ConfigError on the first bad one."""
     env = os.environ if env is None else env
@@ -154,6 +183,11 @@ def load_config(env: Optional[Mapping[str, str]] = None) -> ProbeConfig:
         collapse_ratio=_fraction(env, "EAGLE_PROBE_COLLAPSE_RATIO", 0.6),
         collapse_min_drafts=_positive_int(env, "EAGLE_PROBE_COLLAPSE_MIN_DRAFTS", 64),
         trained_layers=_layer_spec(env, "EAGLE_PROBE_TRAINED_LAYERS"),
+        dump_dir=env.get("EAGLE_PROBE_DUMP_DIR") or None,
+        dump_every=_positive_int(env, "EAGLE_PROBE_DUMP_EVERY", 10),
+        dump_ranks=_ranks(env, "EAGLE_PROBE_DUMP_RANKS", (0,)),
+        dump_layers=_choice(env, "EAGLE_PROBE_DUMP_LAYERS", "aux", DUMP_LAYER_CHOICES),
+        dump_max_mb=_positive_float_mb(env, "EAGLE_PROBE_DUMP_MAX_MB", 256.0),
     )
 
 

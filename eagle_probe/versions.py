@@ -33,7 +33,10 @@ PLUS_ONE_ALWAYS = "plus_one_always"  # [id + 1 for id in ids]
 PLUS_ONE_IF_FIRST_IS_ONE = "plus_one_if_first_is_one"  # +1 only when ids[0] == 1, else ids as given
 DEFAULT_LAYERS = "default_layers"  # ids is None: [2, n // 2, n - 3], no +1
 
-DEFAULT_IDS_FORMULA = "[2, n // 2, n - 3]"  # n = config.num_hidden_layers; same in every supported release
+DEFAULT_IDS_FORMULA = "[2, n // 2, n - 3]"
+# The decoder-layer keyword through which the model hands a layer its capture collector (releases with
+# embedding_capturable): all-layer dumps pass their own collector there for one forward.
+LAYER_CAPTURE_KWARG = "captured_last_layer_outputs"  # n = config.num_hidden_layers; same in every supported release
 
 # Where ranks come from (eagle_probe/ranks.py reads both, newest first).
 RANKS_PARALLEL_STATE = "parallel_state"  # sglang.srt.distributed.parallel_state getters

@@ -470,8 +470,16 @@ def _embedding_not_capturable_test(node):
 
 
 def _embedding_capturable_test(node):
-    keywords = [k for c in _calls(node) for k in c.keywords if k.arg == "captured_last_layer_outputs"]
-    return None if keywords else "passes no captured_last_layer_outputs= to the decoder layers"
+    keywords = [k for c in _calls(node) for k in c.keywords if k.arg == versions.LAYER_CAPTURE_KWARG]
+    return None if keywords else f"passes no {versions.LAYER_CAPTURE_KWARG}= to the decoder layers"
+
+
+def _takes_param(name):
+    def test(node):
+        args = node.args
+        names = [a.arg for a in args.posonlyargs + args.args + args.kwonlyargs]
+        return None if name in names else f"has no parameter {name} (parameters: {names})"
+    return test
 
 
 def _calls_name(name):
@@ -574,6 +582,10 @@ def _rule_claims(rules: VersionRules) -> List[Claim]:
                           if rules.embedding_capturable else
                           "captures hidden_states + residual in its loop (index 0: residual is None)",
                           _embedding_capturable_test if rules.embedding_capturable else _embedding_not_capturable_test))
+    if rules.embedding_capturable:
+        out.append(body_check(DS, "DeepseekV2DecoderLayer.forward", f"takes {versions.LAYER_CAPTURE_KWARG}= (the "
+                              "all-layer dumps hand each layer their collector there)",
+                              _takes_param(versions.LAYER_CAPTURE_KWARG)))
     out.append(defines(rules.capture_flag_module, "get_is_capture_mode"))
     out.append(defines(DS, rules.tbo_helper, what=f"{DS} binds the TBO helper {rules.tbo_helper}"))
     out.append(body_check(DS, _MODEL_FORWARD, f"runs TBO layers through {rules.tbo_helper}",

@@ -8,6 +8,7 @@ Exit status: 0 clean (warnings allowed), 1 a finding of severity error, 2 bad in
 
 import json
 import os
+import stat
 import sys
 from typing import List, Optional, Tuple
 
@@ -29,21 +30,83 @@ class DoctorInputError(Exception):
 
 # -- reading configs ---------------------------------------------------------------------------------
 
+MAX_CONFIG_BYTES = 10 * 1024 * 1024  # a model's config.json is kilobytes; anything this big is not one
+
+
+def _config_file(path: str, what: str) -> str:
+    """The file a --target/--draft path names: the directory's config.json, or the path itself."""
+    if not os.path.isdir(path):
+        if not os.path.lexists(path):
+            raise DoctorInputError(f"{what} config: {path}: no such file or directory")
+        return path
+    file = os.path.join(path, "config.json")
+    if not os.path.lexists(file):
+        raise DoctorInputError(f"{what} config: {path}: no config.json in this directory")
+    return file
+
+
+def _read_config_bytes(file: str, what: str) -> bytes:
+    """The file's bytes; refuses what cannot be a config (a directory, a device, a huge file) before reading it."""
+    try:
+        info = os.stat(file)
+        if stat.S_ISDIR(info.st_mode):
+            raise DoctorInputError(f"{what} config {file}: is a directory, expected a config.json file")
+        if not stat.S_ISREG(info.st_mode):
+            raise DoctorInputError(f"{what} config {file}: not a regular file")
+        if info.st_size > MAX_CONFIG_BYTES:
+            raise DoctorInputError(f"{what} config {file}: {info.st_size} bytes, over the {MAX_CONFIG_BYTES} "
+                                   f"byte limit for a config.json; not read")
+        with open(file, "rb") as handle:
+            return handle.read(MAX_CONFIG_BYTES + 1)
+    except OSError as exc:  # a broken link, a symlink loop (ELOOP), no permission
+        raise DoctorInputError(f"{what} config {file}: cannot read: {exc.strerror or exc}") from None
+
+
+class _ConflictingKeys(ValueError):
+    pass
+
+
+def _object_without_conflicts(pairs) -> dict:
+    """json's object hook: a key given twice with two values is ambiguous (json.load keeps the last silently)."""
+    out = {}
+    for key, value in pairs:
+        if key in out and out[key] != value:
+            raise _ConflictingKeys(f"key '{key}' is given twice with different values "
+                                   f"({_shown(out[key])} and {_shown(value)})")
+        out[key] = value
+    return out
+
+
+def _shown(value) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def load_config_json(path: str, what: str) -> Tuple[str, dict]:
     """Read a config.json from a directory or the file itself. Returns (file path, dict)."""
-    file = os.path.join(path, "config.json") if os.path.isdir(path) else path
-    if not os.path.exists(file):
-        where = (f"{path}: no config.json in this directory" if os.path.isdir(path)
-                 else f"{path}: no such file or directory")
-        raise DoctorInputError(f"{what} config: {where}")
+    file = _config_file(path, what)
+    raw = _read_config_bytes(file, what)
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise DoctorInputError(f"{what} config {file}: over the {MAX_CONFIG_BYTES} byte limit for a config.json; "
+                               f"not parsed")
+    if not raw.strip():
+        raise DoctorInputError(f"{what} config {file}: empty file, expected a JSON object")
     try:
-        with open(file, encoding="utf-8") as handle:
-            data = json.load(handle)
+        text = raw.decode("utf-8-sig")  # a byte-order mark from a Windows editor is harmless
+    except UnicodeDecodeError as exc:
+        raise DoctorInputError(f"{what} config {file}: not UTF-8 text: byte 0x{raw[exc.start]:02x} at offset "
+                               f"{exc.start}") from None
+    try:
+        data = json.loads(text, object_pairs_hook=_object_without_conflicts)
     except json.JSONDecodeError as exc:
         raise DoctorInputError(f"{what} config {file}: not valid JSON: {exc.msg} "
-                               f"at line {exc.lineno} column {exc.colno}")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DoctorInputError(f"{what} config {file}: cannot read: {exc}")
+                               f"at line {exc.lineno} column {exc.colno}") from None
+    except _ConflictingKeys as exc:
+        raise DoctorInputError(f"{what} config {file}: {exc}") from None
+    except ValueError as exc:  # e.g. an integer of more than 4300 digits
+        raise DoctorInputError(f"{what} config {file}: not valid JSON: {exc}") from None
+    except RecursionError:
+        raise DoctorInputError(f"{what} config {file}: not valid JSON: nested too deeply") from None
     if not isinstance(data, dict):
         raise DoctorInputError(f"{what} config {file}: expected a JSON object at the top level, "
                                f"got {type(data).__name__}")
@@ -102,6 +165,18 @@ def _ids(value, file: str, key: str) -> Optional[Tuple[int, ...]]:
     return tuple(value)
 
 
+def _draft_ids(data: dict, eagle: dict, file: str) -> Optional[Tuple[int, ...]]:
+    """The draft's capture ids, from eagle_config or the top level; SGLang's model classes differ in which
+    they read, so the two must not disagree."""
+    nested = _ids(eagle.get("eagle_aux_hidden_state_layer_ids"), file, "eagle_config.eagle_aux_hidden_state_layer_ids")
+    top = _ids(data.get("eagle_aux_hidden_state_layer_ids"), file, "eagle_aux_hidden_state_layer_ids")
+    if nested is not None and top is not None and nested != top:
+        raise DoctorInputError(f"draft config {file}: keys 'eagle_config.eagle_aux_hidden_state_layer_ids' "
+                               f"{list(nested)} and 'eagle_aux_hidden_state_layer_ids' {list(top)} disagree "
+                               f"(SGLang's model classes read one or the other); keep one")
+    return top if nested is None else nested
+
+
 def parse_draft(data: dict, file: str) -> Tuple[DraftSpec, List[str]]:
     notes = []
     archs = data.get("architectures") or []
@@ -118,10 +193,7 @@ def parse_draft(data: dict, file: str) -> Tuple[DraftSpec, List[str]]:
             f"draft config {file}: not an EAGLE-3 draft: key 'architectures' is {archs!r} (expected e.g. "
             f"LlamaForCausalLMEagle3 or Eagle3DeepseekV2ForCausalLM) and there is no 'eagle_config'")
     hidden = _int(data, "hidden_size", file, "draft")
-    if "eagle_aux_hidden_state_layer_ids" in eagle:
-        ids = _ids(eagle["eagle_aux_hidden_state_layer_ids"], file, "eagle_config.eagle_aux_hidden_state_layer_ids")
-    else:
-        ids = _ids(data.get("eagle_aux_hidden_state_layer_ids"), file, "eagle_aux_hidden_state_layer_ids")
+    ids = _draft_ids(data, eagle, file)
     if ids is None:
         notes.append("draft: no eagle_aux_hidden_state_layer_ids: SGLang uses its defaults [2, n//2, n-3]")
     elif not ids:
@@ -177,6 +249,8 @@ def diagnose(target_path: str, draft_path: str, sglang_version: Optional[str] = 
             partition = tuple(int(x) for x in pp_partition.split(","))
         except ValueError:
             raise DoctorInputError(f"--pp-partition {pp_partition!r}: expected comma-separated layer counts")
+        if min(partition) < 1:
+            raise DoctorInputError(f"--pp-partition {pp_partition!r}: every stage needs at least 1 layer")
     trained = parse_trained_layers(trained_layers) if trained_layers else None
 
     target_file, target_data = load_config_json(target_path, "target")
@@ -184,6 +258,9 @@ def diagnose(target_path: str, draft_path: str, sglang_version: Optional[str] = 
     target, tnotes = parse_target(target_data, target_file, need_fkdr=tbo)
     draft, dnotes = parse_draft(draft_data, draft_file)
     notes += tnotes + dnotes
+    if pp_size > target.num_layers:
+        raise DoctorInputError(f"--pp-size {pp_size}: more pipeline stages than the {target.num_layers} layers of "
+                               f"the target ({target_file}: num_hidden_layers)")
     if partition is not None and (len(partition) != pp_size or sum(partition) != target.num_layers):
         raise DoctorInputError(f"--pp-partition {pp_partition!r}: needs {pp_size} counts summing to "
                                f"{target.num_layers} (the target's num_hidden_layers)")

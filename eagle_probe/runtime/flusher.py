@@ -1,5 +1,6 @@
-"""A daemon thread that moves the recorder's plain counts into the Prometheus series every interval, so a
-scrape lags the hot path by at most that interval, also while the server is idle."""
+"""A daemon thread that wakes every flush interval: it moves the recorder's plain counts into the Prometheus series
+and writes the periodic events that are due, so a scrape lags the hot path by at most that interval and the last
+acceptance window is written also when the server goes idle."""
 
 import threading
 import weakref
@@ -24,5 +25,5 @@ class PeriodicFlusher:
             owner = self._owner()
             if owner is None:
                 return
-            owner.flush_metrics()
+            owner.on_timer()
             del owner

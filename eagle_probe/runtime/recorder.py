@@ -17,14 +17,15 @@ from ..analysis.fingerprints import identical, moved
 from ..analysis.findings import Finding
 from ..analysis.layers import apply_capture_rule, capture_label, explain_mapping, parse_trained_layers
 from ..config import ProbeConfig
-from ..events import (ACCEPTANCE, AUX_FINGERPRINT, CAPTURE_CONFIGURED, DRAFT_FORWARD, DRAFT_LOADED, FINDING,
-                      INTEGRATION_SKIPPED,
+from ..events import (ACCEPTANCE, AUX_FINGERPRINT, CAPTURE_CONFIGURED, DRAFT_FORWARD, DRAFT_LOADED, DUMP_STOPPED,
+                      DUMP_WRITTEN, FINDING, INTEGRATION_SKIPPED,
                       INTERNAL_ERROR, STARTED, SUMMARY, TARGET_FORWARD)
-from ..versions import SUPPORTED_RANGE_TEXT, VersionRules, format_version, rule_since
+from ..versions import LAYER_CAPTURE_KWARG, SUPPORTED_RANGE_TEXT, VersionRules, format_version, rule_since
 from .acceptance_monitor import AcceptanceMonitor, counts_since
 from .flusher import PeriodicFlusher
 from .observations import (AuxFingerprint, CaptureConfigured, DraftForward, DraftLoaded, Ranks, TargetForward,
                            VerifyStep)
+from .values.dumps import DumpPlanner, DumpWriter
 from .values.sampler import FingerprintSampler
 
 SELF_FED_DRAFT_MODES = ("DECODE", "IDLE")
@@ -80,6 +81,7 @@ class Recorder:
         self.acceptance = AcceptanceMonitor(config)
         self._flushed = (self.counts.snapshot(), self.acceptance.snapshot())
         self._flush_lock = threading.Lock()
+        self._tick_lock = threading.Lock()
         self._flusher = None
         self._findings_total = {}
         self._errors_total = 0
@@ -92,6 +94,12 @@ class Recorder:
         self._fingerprint_logged = {}  # (role, slot) -> (rms, signature) last logged
         self._fingerprint_bucket = {}  # role -> summary-interval bucket of the last full log
         self._values_reported = set()  # (code, role, slot or slots) already reported as a finding
+        self.dump_planner = self.dump_writer = None
+        if config.dump_dir:
+            kwarg = LAYER_CAPTURE_KWARG if rules.embedding_capturable else None
+            self.dump_planner = DumpPlanner(config.dump_every, config.dump_ranks, config.dump_layers == "all", kwarg)
+            self.dump_writer = DumpWriter(config.dump_dir, int(config.dump_max_mb * 1024 * 1024),
+                                          self.dump_written, self.dump_stopped)
 
     # -- process context ---------------------------------------------------------------------
 
@@ -305,6 +313,22 @@ class Recorder:
                     self.finding(rules_mod.aux_slots_identical_finding(
                         a.role, (a.slot, b.slot), (a.capture_index, b.capture_index)), a.role)
 
+    def dump_written(self, path: str, nbytes: int):
+        """From the dump writer's thread: one file is complete."""
+        self._emit("info", DUMP_WRITTEN, path=path, bytes=nbytes)
+        self._metric("dump_written", nbytes)
+
+    def dump_stopped(self, reason: str, error: str):
+        """From the dump writer (or the planner): dumps stop for good in this process; the server goes on."""
+        why = {"cap": "the directory reached EAGLE_PROBE_DUMP_MAX_MB", "full": "the filesystem is full",
+               "unwritable": "the directory cannot be written", "error": "an error inside the dump writer"}
+        self._emit("warning", DUMP_STOPPED, reason=reason, error=error, directory=self.config.dump_dir,
+                   message=f"dumps stopped: {why.get(reason, reason)} ({error}); the server is not affected")
+        self._metric("dump_stopped", reason)
+
+    def dump_skipped(self, reason: str):
+        self._metric("dump_skipped", reason)
+
     def _log_fingerprints(self, prints, context):
         """Every slot on first sight and once per summary interval (on the same forward on every rank: the bucket
         comes from the wall clock), a single slot also when it moved beyond the change tolerance."""
@@ -388,12 +412,26 @@ class Recorder:
     # -- periodic work -----------------------------------------------------------------------------
 
     def _tick(self):
-        """Due at most once per summary interval: the summary and the acceptance window."""
-        now = self._clock()
-        self._next_tick = now + self.config.summary_interval_s
+        """Due at most once per summary interval: the summary and the acceptance window. Called on the hot path and
+        by the flush thread; whichever comes first does it."""
+        if not self._tick_lock.acquire(blocking=False):
+            return
+        try:
+            now = self._clock()
+            if now < self._next_tick:
+                return
+            self._next_tick = now + self.config.summary_interval_s
+            self.flush_metrics()
+            self._emit_summary(now)
+            self._emit_acceptance(now)
+        finally:
+            self._tick_lock.release()
+
+    def on_timer(self):
+        """The flush thread's call: counted values into the series, and the periodic events if they are due."""
         self.flush_metrics()
-        self._emit_summary(now)
-        self._emit_acceptance(now)
+        if self._clock() >= self._next_tick:
+            self._tick()
 
     def _emit_summary(self, now: float):
         self._last_summary = now
@@ -443,12 +481,15 @@ class Recorder:
     def flush(self):
         """Everything out: metrics, a final summary, the open acceptance window (at uninstall or process exit)."""
         self.flush_metrics()
-        now = self._clock()
-        if self.counts.forwards:
-            self._emit_summary(now)
-        self._emit_acceptance(now)
+        with self._tick_lock:
+            now = self._clock()
+            if self.counts.forwards:
+                self._emit_summary(now)
+            self._emit_acceptance(now)
 
     def close(self):
+        if self.dump_writer is not None:
+            self.dump_writer.drain()
         if self._flusher is not None:
             self._flusher.stop()
             self._flusher = None

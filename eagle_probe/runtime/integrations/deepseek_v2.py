@@ -5,16 +5,19 @@ DeepseekV2ForCausalLM.set_eagle3_layers_to_capture (capture configuration). Subc
 these methods are covered by the same wrappers.
 """
 
+import os
 import sys
+import time
 import weakref
 
-from ... import versions
-from ...analysis.layers import split_layers
+from ... import __version__, versions
+from ...analysis.layers import capture_label, split_layers
 from ..observations import CaptureConfigured, TargetForward
 from ..context.roles import role_of
 from ..state import STATE
 from ..patcher import Integration, PatchTarget
 from ..recorder import forward_count_key
+from ..values.dumps import DumpJob
 from ..values.sampler import SampleContext, deliver_ready, real_tokens, sampled_mode
 from ..context.graph_capture import is_capturing
 
@@ -227,21 +230,92 @@ def model_forward_wrapper(wrapped, instance, args, kwargs):
     except Exception as exc:
         STATE.report_error("deepseek_v2.forward.before", exc)
         facts = None
+    dump = None
+    if facts is not None and STATE.recorder.dump_planner is not None:
+        try:
+            dump = _plan_dump(instance, facts, STATE.recorder)
+        except Exception as exc:
+            STATE.report_error("dumps.plan", exc)
     try:
         result = wrapped(*args, **kwargs)
     except Exception as error:
+        if dump is not None:
+            dump.remove_taps()
         if facts is not None:
             try:
                 _after_forward(facts, None, error)
             except Exception as exc:
                 STATE.report_error("deepseek_v2.forward.after", exc)
         raise
+    if dump is not None:
+        try:
+            dump.remove_taps()
+            if dump.write:
+                _submit_dump(dump, instance, facts, args, kwargs, result, STATE.recorder)
+        except Exception as exc:
+            STATE.report_error("dumps.submit", exc)
     if facts is not None:
         try:
             _after_forward(facts, result, None)
         except Exception as exc:
             STATE.report_error("deepseek_v2.forward.after", exc)
     return result
+
+
+def _plan_dump(instance, facts, recorder):
+    static, forward_batch, _, _, can_run_tbo, capturing = facts
+    if capturing or static.role != "target" or forward_batch.forward_mode.name != "EXTEND":
+        return None
+    writer = recorder.dump_writer
+    if recorder.ranks is None:
+        recorder._ensure_ranks()
+    if not writer.stopped and not writer.prepared:
+        try:
+            writer.prepare()
+        except OSError as exc:
+            writer.stop("unwritable", f"{type(exc).__name__}: {exc}")
+    tp_rank = recorder.ranks.tp_rank if recorder.ranks is not None else 0
+    return recorder.dump_planner.plan(instance, tp_rank, can_run_tbo, not writer.stopped)
+
+
+def _submit_dump(plan, instance, facts, args, kwargs, result, recorder):
+    """Queue the host copies of what the draft is fed by this forward, with the file's metadata."""
+    import torch
+
+    static, forward_batch, input_ids, layers, _, _ = facts
+    if type(result) is not tuple or len(result) != 2:
+        return  # not the last pipeline stage, or capture off: nothing is fed to a draft here
+    hidden, aux = result
+    if isinstance(aux, (list, tuple)):
+        aux = torch_stack_last(aux)
+    positions = args[1] if len(args) > 1 else kwargs.get("positions")
+    tokens = real_tokens(forward_batch, hidden.shape[0])
+    tensors = {"aux_hidden_states": aux[:tokens], "final_hidden_state": hidden[:tokens],
+               "input_ids": input_ids[:tokens], "positions": positions[:tokens]}
+    for name in ("extend_seq_lens", "extend_prefix_lens"):
+        values = getattr(forward_batch, f"{name}_cpu", None)
+        if isinstance(values, list):
+            tensors[name] = torch.tensor(values, dtype=torch.int64)
+    kept = plan.kept or {}
+    for index, value in sorted(kept.items()):
+        tensors[f"hidden_states.{index}"] = value[:tokens]
+    captured = sorted(set(layers))
+    ranks = recorder.ranks
+    metadata = {
+        "format_version": 1, "probe_version": __version__, "sglang_version": recorder.sglang_version,
+        "model_class": static.model_class, "dtype": _dtype_name(hidden.dtype), "mode": "EXTEND",
+        "step": static.forwards + 1,
+        "dump_index": plan.step, "tokens": tokens, "requests": len(tensors.get("extend_seq_lens", ())),
+        "hidden_size": int(hidden.shape[-1]), "num_layers": static.num_layers,
+        "capture_indices": captured, "hf_indices": captured,
+        "labels": [capture_label(i, static.num_layers) for i in captured],
+        "layer_indices": sorted(kept), "all_layers": bool(kept),
+        "tp_rank": None if ranks is None else ranks.tp_rank, "tp_size": None if ranks is None else ranks.tp_size,
+        "pp_rank": None if ranks is None else ranks.pp_rank, "dp_rank": None if ranks is None else ranks.dp_rank,
+        "pid": os.getpid(), "time": time.time(),
+    }
+    if not recorder.dump_writer.submit(DumpJob(tensors, metadata)):
+        recorder.dump_skipped("writer_behind")
 
 
 def reset():

@@ -139,6 +139,12 @@ class MetricsSink:
         self.aux_step = gauge("eagle_probe_aux_fingerprint_step", "The model's forward count at the last sampled "
                               "forward (equal across TP ranks when their gauges describe the same forward).",
                               ("role",))
+        self.dumps_written = counter("eagle_probe_dumps_written_total", "Dump files written.", ())
+        self.dump_bytes = counter("eagle_probe_dump_bytes_total", "Bytes of dump files written.", ())
+        self.dumps_stopped = counter("eagle_probe_dumps_stopped_total", "Dumps stopped for good (cap, full, "
+                                     "unwritable, error).", ("reason",))
+        self.dumps_skipped = counter("eagle_probe_dumps_skipped_total", "Planned dumps not written (the writer was "
+                                     "behind).", ("reason",))
         self.aux_nonfinite = counter("eagle_probe_aux_nonfinite_total", "NaN or Inf values seen in sampled aux "
                                      "slots.", ("role", "slot"))
         self._children = {}
@@ -234,6 +240,16 @@ class MetricsSink:
                 self._child(self.aux_nonfinite, fp.role, slot).inc(fp.nonfinite)
         if prints:
             self._child(self.aux_step, prints[0].role).set(prints[0].step)
+
+    def dump_written(self, nbytes: int):
+        self._child(self.dumps_written).inc()
+        self._child(self.dump_bytes).inc(nbytes)
+
+    def dump_stopped(self, reason: str):
+        self._child(self.dumps_stopped, reason).inc()
+
+    def dump_skipped(self, reason: str):
+        self._child(self.dumps_skipped, reason).inc()
 
     def integration_skipped(self, integration: str, target: str):
         self._child(self.skipped, integration, target).inc()

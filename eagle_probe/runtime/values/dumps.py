@@ -1,0 +1,254 @@
+"""Opt-in dumps of what the draft is fed: one safetensors file per dumped target EXTEND forward.
+
+Which forwards: every EAGLE_PROBE_DUMP_EVERY-th eager target EXTEND forward, counted the same way on every rank
+(the first one, then every N-th), written by the ranks in EAGLE_PROBE_DUMP_RANKS. With EAGLE_PROBE_DUMP_LAYERS=all
+every rank taps the decoder layers of that forward alone (each layer gets a collector through the keyword SGLang
+hands its own capture collector in; SGLang's own is passed on untouched), so that collectives stay matched across
+ranks; only the writing ranks keep what was tapped.
+On the forward's path only device-side copies are queued (into pinned host memory, non_blocking, with an event);
+a background thread waits for the event by polling query(), then writes the file (0600, in a 0700 directory,
+through a temporary name). The directory's total stays under EAGLE_PROBE_DUMP_MAX_MB; a full disk, the cap or an
+unwritable directory stops dumps with one event. The file layout is the README's "Dump files" contract.
+"""
+
+import json
+import os
+import queue
+import socket
+import threading
+import time
+
+FORMAT_VERSION = "1"
+SUFFIX = ".safetensors"
+_POLL_S = 0.005
+
+
+class LayerTee:
+    """Stands where SGLang passes a decoder layer its capture collector: keeps a copy of what the layer captures
+    (the residual stream entering it) and hands the same call on to SGLang's own collector, if any."""
+
+    def __init__(self, own, index: int, kept: dict, keep: bool):
+        self._own, self._index, self._kept, self._keep = own, index, kept, keep
+
+    def _take(self, value):
+        if self._keep:
+            self._kept[self._index] = value.detach().clone()
+
+    def capture(self, value, owned=False):
+        self._take(value)
+        if self._own is not None:
+            self._own.capture(value, owned=owned)
+
+    def append(self, value):
+        self._take(value)
+        if self._own is not None:
+            self._own.append(value)
+
+    def extend(self, values):
+        for value in values:
+            self.append(value)
+
+    def __len__(self):
+        return len(self._own) if self._own is not None else 0
+
+
+def tap_layers(model, start: int, end: int, kwarg: str, keep: bool):
+    """Shadow each decoder layer's forward for one model forward. Returns (kept {layer index: tensor}, untap)."""
+    kept, tapped = {}, []
+    for index in range(start, end):
+        layer = model.layers[index]
+        original = layer.forward
+
+        def forward(*args, _original=original, _index=index, **kwargs):
+            kwargs[kwarg] = LayerTee(kwargs.get(kwarg), _index, kept, keep)
+            return _original(*args, **kwargs)
+
+        layer.forward = forward
+        tapped.append((layer, forward))
+
+    def untap():
+        for layer, forward in tapped:
+            if vars(layer).get("forward") is forward:
+                del layer.forward
+
+    return kept, untap
+
+
+def _to_host(tensor, cuda: bool):
+    import torch
+
+    if not cuda:
+        return tensor.detach().clone()
+    host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+    host.copy_(tensor, non_blocking=True)
+    return host
+
+
+class DumpJob:
+    """Host copies on their way (an event says when they are complete) and the file's metadata."""
+
+    def __init__(self, tensors: dict, metadata: dict):
+        import torch
+
+        cuda = any(t.is_cuda for t in tensors.values())
+        self.tensors = {name: _to_host(t, cuda) for name, t in tensors.items()}
+        self.metadata = metadata
+        self.event = None
+        if cuda:
+            self.event = torch.cuda.Event()
+            self.event.record()
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.tensors.values())
+
+    def ready(self) -> bool:
+        return self.event is None or self.event.query()
+
+
+def job_bytes(rows: int, width: int, slots: int, layers: int) -> int:
+    """Bytes a dump of this forward takes on disk, about (aux, final hidden, layer inputs; ids are small)."""
+    return rows * width * (slots + 1 + layers) * 4 + rows * 16
+
+
+def directory_bytes(path: str) -> int:
+    total = 0
+    with os.scandir(path) as entries:
+        for entry in entries:
+            if entry.is_file(follow_symlinks=False):
+                total += entry.stat(follow_symlinks=False).st_size
+    return total
+
+
+class DumpWriter:
+    """The background thread that turns jobs into files. `on_stop(reason, error)` is called once if dumps stop."""
+
+    def __init__(self, directory: str, max_bytes: int, on_written, on_stop, max_queued: int = 2):
+        self.directory = directory
+        self.max_bytes = max_bytes
+        self._on_written, self._on_stop = on_written, on_stop
+        self._queue = queue.Queue(maxsize=max_queued)
+        self.stopped = False
+        self.prepared = False
+        self._sequence = 0
+        self._thread = None
+
+    def prepare(self):
+        """Create the directory (0700) before the first job; raises OSError when it cannot be used."""
+        os.makedirs(self.directory, mode=0o700, exist_ok=True)
+        if not os.path.isdir(self.directory) or not os.access(self.directory, os.W_OK | os.X_OK):
+            raise PermissionError(f"{self.directory} is not a writable directory")
+        self.prepared = True
+
+    def submit(self, job: DumpJob) -> bool:
+        if self.stopped:
+            return False
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="eagle-probe-dump", daemon=True)
+            self._thread.start()
+        try:
+            self._queue.put_nowait(job)
+        except queue.Full:  # the writer is behind: skip this dump rather than hold the forward
+            return False
+        return True
+
+    def stop(self, reason: str, error: str = ""):
+        if not self.stopped:
+            self.stopped = True
+            self._on_stop(reason, error)
+
+    def drain(self, timeout_s: float = 10.0):
+        """Wait (bounded) until queued jobs are written: at uninstall and exit."""
+        deadline = time.monotonic() + timeout_s
+        while not self._queue.empty() or self._busy():
+            if time.monotonic() > deadline:
+                return
+            time.sleep(_POLL_S)
+
+    def _busy(self):
+        return getattr(self, "_writing", False)
+
+    def _run(self):
+        while True:
+            job = self._queue.get()
+            self._writing = True
+            try:
+                while not job.ready():
+                    time.sleep(_POLL_S)  # polled: the device is never synchronised
+                if not self.stopped:
+                    self._write(job)
+            except Exception as exc:  # a bug or an unexpected state: stop dumps, keep the server
+                self.stop("error", f"{type(exc).__name__}: {exc}")
+            finally:
+                self._writing = False
+
+    def _write(self, job: DumpJob):
+        from safetensors.torch import save
+
+        payload = save(job.tensors, metadata={"eagle_probe.format": FORMAT_VERSION,
+                                              "eagle_probe.meta": json.dumps(job.metadata, sort_keys=True)})
+        try:
+            used = directory_bytes(self.directory)
+        except OSError as exc:
+            self.stop("unwritable", f"{type(exc).__name__}: {exc}")
+            return
+        if used + len(payload) > self.max_bytes:
+            self.stop("cap", f"{used + len(payload)} bytes would exceed EAGLE_PROBE_DUMP_MAX_MB "
+                             f"({self.max_bytes} bytes); {used} bytes already there")
+            return
+        self._sequence += 1
+        meta = job.metadata
+        name = (f"eagle-probe-dump-{socket.gethostname()}-tp{meta.get('tp_rank')}-{os.getpid()}-"
+                f"{self._sequence:05d}{SUFFIX}")
+        path = os.path.join(self.directory, name)
+        tmp = path + ".tmp"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(payload)
+            os.replace(tmp, path)
+        except OSError as exc:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            self.stop("full" if exc.errno in (28, 122) else "unwritable", f"{type(exc).__name__}: {exc}")
+            return
+        self._on_written(path, len(payload))
+
+
+class DumpPlan:
+    """One planned dump: whether this rank writes it, and the layer taps to remove after the forward."""
+
+    __slots__ = ("write", "step", "kept", "untap")
+
+    def __init__(self, write: bool, step: int, kept=None, untap=None):
+        self.write, self.step, self.kept, self.untap = write, step, kept, untap
+
+    def remove_taps(self):
+        if self.untap is not None:
+            self.untap()
+            self.untap = None
+
+
+class DumpPlanner:
+    """Which target forwards are dumped: decided from counts that are equal on every rank, never from whether
+    this rank's writer still runs (taps must stay matched across ranks)."""
+
+    def __init__(self, every: int, ranks, all_layers: bool, layer_kwarg):
+        self.every = every
+        self.ranks = None if ranks is None else frozenset(ranks)
+        self.all_layers = all_layers and layer_kwarg is not None
+        self.layer_kwarg = layer_kwarg
+        self.eligible = 0
+
+    def plan(self, model, tp_rank, can_run_tbo: bool, writer_running: bool):
+        """For an eager target EXTEND forward about to run: a DumpPlan, or None."""
+        self.eligible += 1
+        if (self.eligible - 1) % self.every:
+            return None
+        write = writer_running and (self.ranks is None or (tp_rank or 0) in self.ranks)
+        plan = DumpPlan(write, self.eligible)
+        if self.all_layers and not can_run_tbo:  # TBO runs its layers elsewhere: aux only then
+            plan.kept, plan.untap = tap_layers(model, int(model.start_layer), int(model.end_layer),
+                                               self.layer_kwarg, keep=write)
+        return plan
