@@ -11,7 +11,8 @@ from ...analysis.draft_weights import unconsumed_weights
 from ..observations import DraftForward, DraftLoaded
 from ..state import STATE
 from ..patcher import Integration, PatchTarget
-from ..recorder import draft_count_key
+from ..recorder import SELF_FED_DRAFT_MODES, draft_count_key
+from ..values.sampler import SampleContext, deliver_ready, real_tokens, sampled_mode
 from ..context.graph_capture import is_capturing
 
 LLAMA_EAGLE3 = "sglang.srt.models.llama_eagle3"
@@ -27,7 +28,7 @@ def _width(module, *names):
 
 
 class _DraftStatic:
-    __slots__ = ("ref", "model_class", "fc_in", "embed_width", "num_aux", "target_hidden_size", "last")
+    __slots__ = ("ref", "model_class", "fc_in", "embed_width", "num_aux", "target_hidden_size", "last", "forwards")
 
     def __init__(self, instance):
         self.ref = weakref.ref(instance)
@@ -39,6 +40,7 @@ class _DraftStatic:
         self.num_aux = _width(instance, "num_aux_hidden_states")
         self.target_hidden_size = _width(instance, "hidden_size_in")
         self.last = {}  # forward mode -> (signature, count key)
+        self.forwards = 0  # target-fed forwards so far: the `step` of a fingerprint
 
 
 _statics = {}  # id(module) -> _DraftStatic (its weak reference tells a reused id apart)
@@ -82,9 +84,44 @@ def _observe_draft_forward(instance, args, kwargs, error):
         static.last[mode] = (signature, draft_count_key(obs))
 
 
+def _sample_draft_input(sampler, instance, args, kwargs):
+    """On target-fed draft forwards, fingerprint the hidden states as the draft receives them (before its fc)."""
+    recorder = STATE.recorder
+    if sampler.pending:
+        deliver_ready(sampler, recorder)
+    forward_batch = args[2] if len(args) > 2 else kwargs["forward_batch"]
+    mode = forward_batch.forward_mode
+    if sampled_mode(mode, SELF_FED_DRAFT_MODES) or is_capturing():
+        return
+    hidden = getattr(forward_batch.spec_info, "hidden_states", None)
+    if hidden is None or hidden.dim() != 2:
+        return
+    static = _static_for(instance)
+    static.forwards += 1
+    wall = sampler.due("draft")
+    if wall is None:
+        return
+    width_in = hidden.shape[-1]
+    slots = static.num_aux if static.num_aux and width_in % static.num_aux == 0 else 1
+    if width_in == static.embed_width:
+        slots = 1  # fc is skipped: the draft takes this state as it is
+    width = width_in // slots
+    tokens = real_tokens(forward_batch, hidden.shape[0])
+    context = SampleContext(role="draft", mode=mode.name, step=static.forwards, tokens=tokens,
+                            capture_indices=(None,) * slots, widths=(width,) * slots, num_layers=None, wall=wall)
+    if sampler.queue(hidden[:tokens], slots, width, context):
+        deliver_ready(sampler, recorder)
+
+
 def draft_forward_wrapper(wrapped, instance, args, kwargs):
     if not STATE.active:
         return wrapped(*args, **kwargs)
+    sampler = STATE.recorder.fingerprints
+    if sampler is not None:
+        try:
+            _sample_draft_input(sampler, instance, args, kwargs)
+        except Exception as exc:
+            STATE.report_error("llama_eagle3.fingerprint", exc)
     try:
         result = wrapped(*args, **kwargs)
     except Exception as error:
