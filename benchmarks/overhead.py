@@ -10,6 +10,8 @@ same prepared batches, so drift on the machine hits both alike. Two figures per 
 - probe work (in situ): the probe's before/after steps timed inside real forwards, minus the same timer around
   an empty function there. The forward evicts the CPU caches, so this is the cold-cache cost; on this VM even
   the empty timed call costs microseconds in situ (printed as the baseline).
+Fingerprints: one sampled fingerprint per slot count, width and token count (3 x 7168 as DeepSeek-V3 at 8 and 512
+tokens), bf16 and float32, and the figure amortised over the forwards of one sampling interval.
 Draft forward and verify step (acceptance path): the wrapper around a function returning at once, with real
 SGLang objects (llama_eagle3.LlamaModel and a ForwardBatch carrying an EagleDraftInput; Req, ScheduleBatch and
 GenerationBatchResult), probe active against the bare call, median per call: the probe's own added time.
@@ -191,6 +193,33 @@ def flush_cost_us(n):
     return statistics.median(times) / 1000
 
 
+FINGERPRINT_SHAPES = ((3, 7168, 8), (3, 7168, 512), (3, 64, 8))  # slots, width, tokens (DeepSeek-V3, the tiny model)
+FORWARDS_PER_S = 50  # a busy rank's target forwards per second, for the amortised figure
+
+
+def fingerprint_cost_us(n):
+    """One sampled fingerprint (queue the reductions, read the host buffer), median us per shape and dtype; on this
+    CPU-only machine both happen in the forward's thread. At the default interval (1 s) one forward in
+    FORWARDS_PER_S pays it: amortised = cost / FORWARDS_PER_S."""
+    import torch
+
+    from eagle_probe.runtime.values.fingerprint import Fingerprinter
+
+    out = {}
+    for slots, width, tokens in FINGERPRINT_SHAPES:
+        for dtype in (torch.bfloat16, torch.float32):
+            states = torch.randn(tokens, slots * width).to(dtype)
+            fingerprinter = Fingerprinter(slots, width, states.device)
+            times = []
+            for _ in range(n):
+                start = time.perf_counter_ns()
+                fingerprinter.queue(states).read()
+                times.append(time.perf_counter_ns() - start)
+            out[f"{slots}x{width}x{tokens}_{str(dtype).replace('torch.', '')}"] = round(
+                statistics.median(times) / 1000, 1)
+    return out
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=30)
@@ -249,6 +278,15 @@ def main():
             figures["verify_step_us"][str(batch_size)] = round(added, 2)
     figures["flush_us"] = round(flush_cost_us(500), 2)
     print(f"flush of everything counted: {figures['flush_us']:.2f} us (every flush interval, off the hot path)")
+    figures["fingerprint_us"] = fingerprint_cost_us(20)
+    tiny = figures["fingerprint_us"]["3x64x8_float32"]  # the model this benchmark runs
+    figures["fingerprint_amortised_us"] = round(tiny / FORWARDS_PER_S, 2)
+    print(f"\n{'fingerprint (slots x width x tokens, dtype)':<46}{'us per sample':>14}")
+    for shape, cost in figures["fingerprint_us"].items():
+        print(f"{shape:<46}{cost:>14.1f}")
+    print(f"amortised at the default 1 s interval and {FORWARDS_PER_S} forwards/s: "
+          f"{figures['fingerprint_amortised_us']:.2f} us per forward for this benchmark's model (3 x 64); any shape: "
+          f"its cost above / {FORWARDS_PER_S} (on a GPU the reductions are a few memory passes over the aux states)")
     eagle_probe.uninstall()
     print(f"probe logs: {log_dir}")
     if args.json:

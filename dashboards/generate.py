@@ -20,7 +20,8 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-from eagle_probe.analysis.findings import MISMATCH_CODES  # noqa: E402  (one source for the codes alerts select)
+from eagle_probe.analysis.fingerprints import RMS_SPREAD_TOLERANCE  # noqa: E402  (one source each)
+from eagle_probe.analysis.findings import MISMATCH_CODES  # noqa: E402
 
 DASHBOARD_PATH = os.path.join(HERE, "eagle-probe.json")
 ALERTS_PATH = os.path.join(HERE, "prometheus", "alerts.yml")
@@ -202,6 +203,26 @@ def panels():
                 "{{instance}} tp{{tp_rank}} {{where}}")],
         grid=(16, y, 8, 8), unit="short", custom=custom, options=options))
     y += 8
+    out.append(row(103, "Hidden-state values", y))
+    y += 1
+    custom, options = ts_options()
+    out.append(panel(
+        13, "Aux RMS per slot and rank",
+        "RMS of each aux slot (what the draft receives) in the last sampled forward, per rank: tensor-parallel ranks "
+        "of one instance must overlap (they hold the same states after each all-reduce); a rank apart from the "
+        "others is the tp_rank_divergence alert. Sampled every EAGLE_PROBE_FINGERPRINT_INTERVAL_S.",
+        [target(f"max by ({RANK}, role, slot) (eagle_probe_aux_rms{{{SEL_ROLE}}})",
+                "{{instance}} tp{{tp_rank}} {{role}} slot {{slot}}")],
+        grid=(0, y, 12, 8), unit="none", custom=custom, options=options))
+    custom, options = ts_options(bars=True)
+    out.append(panel(
+        14, "Non-finite aux values",
+        "NaN or Inf values seen in sampled aux slots since each process started, per rank and slot (the "
+        "aux_nonfinite finding names the layer). Should stay at 0.",
+        [target(f"sum by ({RANK}, role, slot) (eagle_probe_aux_nonfinite_total{{{SEL_ROLE}}})",
+                "{{instance}} tp{{tp_rank}} {{role}} slot {{slot}}")],
+        grid=(12, y, 12, 8), unit="short", custom=custom, options=options))
+    y += 8
     out.append(panel(
         12, "Probe per rank",
         "Probe and SGLang versions and the capture-id rule in effect, per rank (one row per live process).",
@@ -265,6 +286,13 @@ def alerts():
     mismatch = f'sum by (instance, tp_rank, role, code) (eagle_probe_findings_total{{code=~"{codes}"}})'
     lost = "sum by (instance, tp_rank, role, mode) (eagle_probe_captures_lost_total)"
     errors = "sum by (instance, tp_rank, where) (eagle_probe_internal_errors_total)"
+    slot_group = "instance, role, slot, pp_rank, dp_rank"  # the ranks that must agree: one instance's tp ranks
+    rank_group = "instance, role, pp_rank, dp_rank"
+    rms_spread = (f"(max by ({slot_group}) (eagle_probe_aux_rms) - min by ({slot_group}) (eagle_probe_aux_rms))\n"
+                  f"/ avg by ({slot_group}) (eagle_probe_aux_rms)")
+    same_forward = (f"(max by ({rank_group}) (eagle_probe_aux_fingerprint_step)\n"
+                    f"== min by ({rank_group}) (eagle_probe_aux_fingerprint_step))")
+    nonfinite = "sum by (instance, tp_rank, role, slot) (eagle_probe_aux_nonfinite_total)"
     return [
         dict(alert="EagleProbeAcceptanceCollapse",
              expr=f"({pos0}) < {COLLAPSE_THRESHOLD}\nand on (instance, tp_rank)\n({drafts}) > 0",
@@ -284,6 +312,21 @@ def alerts():
              summary="Aux captures lost to Two-Batch-Overlap on {{ $labels.instance }} tp_rank {{ $labels.tp_rank }}",
              description="{{ $value }} capture slots fell in the layers Two-Batch-Overlap runs ({{ $labels.mode }} "
                          "batches); those batches feed the draft fewer aux hidden states."),
+        dict(alert="EagleProbeTpRankDivergence",
+             expr=f"({rms_spread}) > {RMS_SPREAD_TOLERANCE}\nand on ({rank_group})\n{same_forward}",
+             signal=rms_spread, **{"for": "0m"}, severity="critical",
+             summary="Aux slot {{ $labels.slot }} differs between tp ranks on {{ $labels.instance }}",
+             description="The RMS of aux slot {{ $labels.slot }} ({{ $labels.role }}) spreads by {{ $value }} "
+                         "(max - min over mean) across the tp ranks of one instance in the same sampled forward; "
+                         f"healthy bf16 ranks stay under {RMS_SPREAD_TOLERANCE} (see the README). A rank holding "
+                         "partial sums or another state feeds its draft other values; `eagle-probe summarize` names "
+                         "the ranks (tp_rank_divergence)."),
+        dict(alert="EagleProbeAuxNonFinite", expr=f"{nonfinite} > 0", signal=nonfinite, **{"for": "0m"},
+             severity="critical",
+             summary="NaN or Inf in aux slot {{ $labels.slot }} on {{ $labels.instance }} "
+                     "tp_rank {{ $labels.tp_rank }}",
+             description="{{ $value }} non-finite values in sampled aux slot {{ $labels.slot }} ({{ $labels.role }}); "
+                         "the draft is fed them. The aux_nonfinite finding names the layer."),
         dict(alert="EagleProbeInternalErrors", expr=f"{errors} > 0", signal=errors, **{"for": "0m"}, severity="warning",
              summary="eagle-probe internal errors at {{ $labels.where }} on {{ $labels.instance }}",
              description="{{ $value }} exceptions inside the probe at {{ $labels.where }} (never raised into SGLang; "

@@ -3,13 +3,15 @@
 Session set-up, in order (all real processes, nothing hand-written into the metrics):
 1. rank workers (tests/prometheus/rank_worker.py): real probe processes at tp_rank 0 and 1 running SGLang's tiny
    DeepSeek-V3 in-process, sharing one PROMETHEUS_MULTIPROC_DIR as SGLang's ranks do; rank 1 loses captures to
-   Two-Batch-Overlap and configures an unreachable layer (real findings). A third, "node 1" process (tp_rank 2,
-   node_rank 1, own directory) serves its series through the probe's own exporter (EAGLE_PROBE_METRICS_PORT).
-   The shared directory is served like SGLang's /metrics: prometheus_client's MultiProcessCollector.
+   Two-Batch-Overlap and configures an unreachable layer (real findings); rank 0 has a NaN in one layer. A third,
+   "node 1" process (tp_rank 2, node_rank 1, own directory) serves its series through the probe's own exporter
+   (EAGLE_PROBE_METRICS_PORT). The shared directory is served like SGLang's /metrics: prometheus_client's
+   MultiProcessCollector.
 2. one real `python -m sglang.launch_server` on the CPU with --enable-metrics and the probe injected through
-   PYTHONPATH: by default SGLang's EAGLE-3 speculative server (sglang_cpu.draft_models "map" pair, known
-   acceptance); EAGLE_PROBE_PROM_SERVER=aux uses the non-speculative aux-capture server instead, and the
-   acceptance checks (marked `spec`) then skip.
+   PYTHONPATH: by default SGLang's EAGLE-3 speculative server with --tp-size 2 (sglang_cpu.draft_models "map"
+   pair, known acceptance), whose rank 1 has aux slot 1 scaled by a test-only shim (a real divergence);
+   EAGLE_PROBE_PROM_SERVER=aux uses the non-speculative aux-capture server instead, and the acceptance checks
+   (marked `spec`) then skip.
 3. Prometheus on loopback with a generated configuration (1 s scrapes, dashboards/prometheus/alerts.yml loaded),
    scraping the three endpoints; then requests, then a few more scrapes.
 """
@@ -240,7 +242,7 @@ def stack(prom_bins, tmp_path_factory):
     timings = {}
     t0 = time.monotonic()
     workers = RankWorkers(root)
-    workers.start(0)
+    workers.start(0, "--nan-layer", "3")  # NaN from layer 3 on: aux slots 1 and 2 (indices 4, 5) non-finite
     workers.start(1, "--moe-tbo")
     # Rank 2's log directory cannot be created (its parent is a file): a real failure inside the probe, which it
     # counts as internal errors while its metrics carry on.
@@ -258,7 +260,11 @@ def stack(prom_bins, tmp_path_factory):
 
         case = build_case(os.path.join(root, "ckpt"), "map")
         server_env.update(SPEC_ENV)
-        checkpoint, args = case["target"], ["--enable-metrics", *case["args"]]
+        # Two TP ranks, and rank 1's aux slot 1 scaled by 1.5 (sglang_cpu.tp_shims, test-only): the divergence
+        # alert must fire for that slot. Fingerprints every 0.25 s, so the short run is sampled many times.
+        server_env.update(SGLANG_CPU_PERTURB_AUX="1:1:1.5", EAGLE_PROBE_FINGERPRINT_INTERVAL_S="0.25",
+                          EAGLE_PROBE_SUMMARY_INTERVAL_S="0.5")
+        checkpoint, args = case["target"], ["--enable-metrics", "--tp-size", "2", *case["args"]]
         prompts = [(p, n) for p, n in case["expected"]["prompts"].values()]
     else:
         from sglang_cpu.tiny_models import deepseek_v3_config, write_deepseek_v3_checkpoint

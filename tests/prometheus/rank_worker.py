@@ -13,6 +13,7 @@ handles; they are read by that validation only (forwards run outside the overrid
 
 - default: capture ids 1 3 4, EXTEND and DECODE forwards;
 - --unreachable: capture ids 1 3 40 on a 6-layer target (a real capture_id_unreachable finding);
+- --nan-layer L: a NaN in layer L's MLP weights, so the aux slots after it carry non-finite values;
 - --moe-tbo: a MoE target and one EXTEND batch split for Two-Batch-Overlap, which SGLang cannot run on the CPU
   (it raises); the probe sees the capture slots that fall in the TBO layers (real captures lost).
 
@@ -37,6 +38,7 @@ def main():
     parser.add_argument("--state-dir", required=True)
     parser.add_argument("--moe-tbo", action="store_true")
     parser.add_argument("--unreachable", action="store_true")
+    parser.add_argument("--nan-layer", type=int, default=None, help="put a NaN into this layer's MLP weights")
     args = parser.parse_args()
 
     import torch
@@ -57,6 +59,9 @@ def main():
     else:
         config = deepseek_v3_config(num_hidden_layers=6, first_k_dense_replace=6)
     model = runtime.build_deepseek(config, seed=args.tp_rank)
+    if args.nan_layer is not None:  # a real non-finite aux slot (aux_nonfinite and its alert)
+        with torch.no_grad():
+            model.model.layers[args.nan_layer].mlp.down_proj.weight[0, 0] = float("nan")
     runner = runtime.TinyBatchRunner(model)
 
     n = args.tp_size

@@ -248,6 +248,35 @@ def test_real_findings_and_lost_captures_fire_alerts(stack):
     assert {tp for name, tp, _ in names if name == "EagleProbeInternalErrors"} == {"2"}
 
 
+def test_divergent_rank_and_non_finite_values_fire_their_alerts(stack):
+    """The TP=2 server's rank 1 carries aux slot 1 scaled by 1.5: the divergence alert fires for that slot of that
+    instance only; rank worker 0's NaN fires the non-finite alert for the slots after its NaN layer."""
+    prometheus = stack["prometheus"]
+    server = stack["instances"]["server"]
+
+    def firing():
+        alerts = prometheus.api("alerts")["data"]["alerts"]
+        return [a["labels"] for a in alerts if a["state"] == "firing"]
+
+    def divergence_and_nonfinite():
+        labels = firing()
+        names = {a["alertname"] for a in labels}
+        return labels if {"EagleProbeTpRankDivergence", "EagleProbeAuxNonFinite"} <= names else None
+
+    if stack["server_kind"] != "spec":
+        pytest.skip("EAGLE_PROBE_PROM_SERVER=aux: no TP=2 server")
+    labels = wait_for(divergence_and_nonfinite, 60, "the divergence and non-finite alerts")
+    diverged = {(a["instance"], a["role"], a["slot"]) for a in labels if a["alertname"] == "EagleProbeTpRankDivergence"}
+    assert (server, "target", "1") in diverged
+    assert not {d for d in diverged if d[0] == server and d[2] != "1"}  # slots 0 and 2 agree across the ranks
+    nonfinite = {(a["tp_rank"], a["slot"]) for a in labels if a["alertname"] == "EagleProbeAuxNonFinite"}
+    assert nonfinite == {("0", "1"), ("0", "2")}
+    spread = prometheus.query(f'max by (slot) (eagle_probe_aux_rms{{instance="{server}", role="target"}}) / '
+                              f'min by (slot) (eagle_probe_aux_rms{{instance="{server}", role="target"}})')
+    ratios = {r["metric"]["slot"]: float(r["value"][1]) for r in spread["data"]["result"]}
+    assert ratios["1"] == pytest.approx(1.5, rel=1e-3) and ratios["0"] == pytest.approx(1.0, abs=1e-3)
+
+
 # ----------------------------------------------------------------------------- every rank in one place
 
 def samples(text, name):

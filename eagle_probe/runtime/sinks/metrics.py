@@ -236,8 +236,7 @@ class MetricsSink:
             slot = str(fp.slot)
             self._child(self.aux_rms, fp.role, slot).set(fp.rms)
             self._child(self.aux_absmax, fp.role, slot).set(fp.absmax)
-            if fp.nonfinite:
-                self._child(self.aux_nonfinite, fp.role, slot).inc(fp.nonfinite)
+            self._child(self.aux_nonfinite, fp.role, slot).inc(fp.nonfinite)  # a 0 series too: "none seen"
         if prints:
             self._child(self.aux_step, prints[0].role).set(prints[0].step)
 
