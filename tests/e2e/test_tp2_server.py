@@ -32,7 +32,10 @@ def _by_rank(metrics_text, name):
 def tp2(tmp_path_factory):
     root = str(tmp_path_factory.mktemp("tp2-e2e"))
     case = build_case(root, "map", num_steps=NUM_STEPS)
-    server, log_dir = start_tp2_server(root, "tp2", case=case)
+    # fingerprints sampled every 0.2 s and every sample logged (a new summary bucket each time), so the short run
+    # gives many forwards sampled on both ranks
+    server, log_dir = start_tp2_server(root, "tp2", case=case, extra_env={
+        "EAGLE_PROBE_FINGERPRINT_INTERVAL_S": "0.2", "EAGLE_PROBE_SUMMARY_INTERVAL_S": "0.2"})
     try:
         before = _by_rank(server.flushed_metrics_text(), VERIFY_STEPS)
         prompts = case["expected"]["prompts"]
@@ -100,3 +103,29 @@ def test_aux_perturbation_scales_one_block_on_one_rank():
         assert torch.equal(aux, original)  # SGLang's tensor is never changed in place
     plain = torch.ones(3, 4)
     assert perturbation_wrapper(1, 1, 1.5, current_rank=lambda: 1)(lambda: plain, None, (), {}) is plain
+
+
+def test_tp2_ranks_fingerprint_the_same_forwards_and_agree(tp2):
+    """Plain tensor parallelism replicates the hidden states after each all-reduce: both ranks' fingerprints of the
+    same sampled forward agree within the tolerance, for the target's aux slots and the draft's input."""
+    from eagle_probe.analysis.fingerprints import rank_disagreement
+
+    by_key = {}
+    for e in tp2["events"]:
+        if e["event"] == "eagle_probe.aux.fingerprint":
+            by_key.setdefault((e["role"], e["step"], e["slot"], e["tokens"]), {})[e["tp_rank"]] = (
+                e["rms"], e["signature"])
+    pairs = {k: v for k, v in by_key.items() if set(v) == {0, 1}}
+    assert len({k[1] for k in pairs if k[0] == "target"}) >= 3, sorted(by_key)  # several forwards on both ranks
+    assert {k[0] for k in pairs} == {"target", "draft"}
+    assert {k[2] for k in pairs if k[0] == "target"} == {0, 1, 2}
+    assert [k for k, v in pairs.items() if rank_disagreement(v) is not None] == []
+    exact = sum(v[0] == v[1] for v in pairs.values())
+    print(f"{len(pairs)} (role, step, slot) pairs on both ranks, {exact} bit-identical (gloo all-reduce)")
+
+
+def test_tp2_gauges_agree_across_ranks(tp2):
+    for slot in ("0", "1", "2"):
+        values = [float(line.rsplit(" ", 1)[1]) for line in tp2["metrics"].splitlines()
+                  if line.startswith("eagle_probe_aux_rms{") and 'role="target"' in line and f'slot="{slot}"' in line]
+        assert len(values) == 2 and max(values) - min(values) <= 1e-2 * max(values), (slot, values)
