@@ -48,6 +48,7 @@ class ProbeConfig:
     dump_ranks: Optional[Tuple[int, ...]] = (0,)  # tp ranks that write; None: all
     dump_layers: str = "aux"  # aux: what the draft receives; all: also the residual stream entering every layer
     dump_max_mb: float = 256.0  # the dump directory's total
+    reference: Optional[str] = None  # a JSON file from `eagle-probe reference`: live slots are compared with it
 
     def to_env(self) -> dict:
         """The variables that reproduce this configuration in a child process."""
@@ -70,6 +71,8 @@ class ProbeConfig:
         env["EAGLE_PROBE_COLLAPSE_MIN_DRAFTS"] = str(self.collapse_min_drafts)
         if self.trained_layers:
             env["EAGLE_PROBE_TRAINED_LAYERS"] = self.trained_layers
+        if self.reference:
+            env["EAGLE_PROBE_REFERENCE"] = self.reference
         if self.dump_dir:
             env.update(EAGLE_PROBE_DUMP_DIR=self.dump_dir, EAGLE_PROBE_DUMP_EVERY=str(self.dump_every),
                        EAGLE_PROBE_DUMP_RANKS="all" if self.dump_ranks is None else ",".join(map(str, self.dump_ranks)),
@@ -165,10 +168,41 @@ def _ranks(env: Mapping[str, str], name: str, default: Tuple[int, ...]) -> Optio
     return ranks
 
 
+def _directory(env: Mapping[str, str], name: str) -> Optional[str]:
+    """A directory path; blank would name a directory called ' ', surely by mistake."""
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return None
+    if not raw.strip() or "\x00" in raw:
+        raise ConfigError(name, raw, "a directory path (not blank; unset for the default)")
+    return raw
+
+
+def read_reference(path: str) -> list:
+    """The reference file's slots; raises ValueError (or OSError) naming what is wrong."""
+    import json
+
+    from .analysis.fingerprints import parse_reference
+
+    with open(path, encoding="utf-8") as handle:
+        return parse_reference(json.load(handle))
+
+
+def _reference_file(env: Mapping[str, str], name: str) -> Optional[str]:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return None
+    try:
+        read_reference(raw)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(name, raw, f"a JSON file written by `eagle-probe reference` ({exc})") from None
+    return raw
+
+
 def load_config(env: Optional[Mapping[str, str]] = None) -> ProbeConfig:
     """Parse EAGLE_PROBE_* variables; raises ConfigError on the first bad one."""
     env = os.environ if env is None else env
-    log_dir = env.get("EAGLE_PROBE_LOG_DIR") or None
+    log_dir = _directory(env, "EAGLE_PROBE_LOG_DIR")
     return ProbeConfig(
         enabled=_bool(env, "EAGLE_PROBE_ENABLED", True),
         log_dir=log_dir,
@@ -183,11 +217,12 @@ def load_config(env: Optional[Mapping[str, str]] = None) -> ProbeConfig:
         collapse_ratio=_fraction(env, "EAGLE_PROBE_COLLAPSE_RATIO", 0.6),
         collapse_min_drafts=_positive_int(env, "EAGLE_PROBE_COLLAPSE_MIN_DRAFTS", 64),
         trained_layers=_layer_spec(env, "EAGLE_PROBE_TRAINED_LAYERS"),
-        dump_dir=env.get("EAGLE_PROBE_DUMP_DIR") or None,
+        dump_dir=_directory(env, "EAGLE_PROBE_DUMP_DIR"),
         dump_every=_positive_int(env, "EAGLE_PROBE_DUMP_EVERY", 10),
         dump_ranks=_ranks(env, "EAGLE_PROBE_DUMP_RANKS", (0,)),
         dump_layers=_choice(env, "EAGLE_PROBE_DUMP_LAYERS", "aux", DUMP_LAYER_CHOICES),
         dump_max_mb=_positive_float_mb(env, "EAGLE_PROBE_DUMP_MAX_MB", 256.0),
+        reference=_reference_file(env, "EAGLE_PROBE_REFERENCE"),
     )
 
 

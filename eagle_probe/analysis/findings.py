@@ -41,6 +41,7 @@ ACCEPTANCE_COLLAPSE = "acceptance_collapse"
 AUX_NONFINITE = "aux_nonfinite"
 AUX_SLOTS_IDENTICAL = "aux_slots_identical"
 TP_RANK_DIVERGENCE = "tp_rank_divergence"
+AUX_VALUE_MISMATCH = "aux_value_mismatch"
 
 ERROR, WARNING = "error", "warning"
 
@@ -63,6 +64,7 @@ CODES = {
     AUX_SLOTS_IDENTICAL: (WARNING, "two aux slots carry the same values (e.g. a repeated capture index)"),
     TP_RANK_DIVERGENCE: (ERROR, "tensor-parallel ranks that must hold the same aux states for the same tokens "
                                 "disagree beyond the tolerance"),
+    AUX_VALUE_MISMATCH: (ERROR, "an aux slot's served values differ from the training data's slot"),
 }
 
 
@@ -266,3 +268,19 @@ def tp_rank_divergence_finding(role: str, slot: int, label: str, step: int, rank
         f"(a missing all-reduce) or another model state feeds its draft other values than the others.",
         role=role, slot=slot, label=label, step=step, ranks=list(ranks), rms_spread=rms_spread,
         lowest_signature_cosine=lowest_cosine, rms_by_rank={str(k): v for k, v in sorted(rms_by_rank.items())})
+
+
+def aux_value_mismatch_finding(role: str, slot: int, served_index: Optional[int], distance: Optional[float],
+                               cosine: Optional[float], resembles: Optional[str], source: str) -> Finding:
+    served = "" if served_index is None else f" (served capture index {served_index})"
+    how = "" if distance is None else f"relative difference {distance:.3g}"
+    how += "" if cosine is None else (", " if how else "") + f"cosine {cosine:.4f}"
+    like = (f"; it resembles the training data's {resembles}" if resembles else
+            "; it resembles no training slot")
+    return _finding(
+        AUX_VALUE_MISMATCH,
+        f"{role}: aux slot {slot}{served} differs from the same slot of the draft's training data ({how}, "
+        f"{source}){like}. The draft is fed other states than it learned from: check the captured layers "
+        f"(`eagle-probe replay --search` names the wiring it was trained on) and the dtype and kernels of prefill.",
+        role=role, slot=slot, served_index=served_index, distance=distance, cosine=cosine, resembles=resembles,
+        source=source)

@@ -14,6 +14,11 @@ from typing import Dict, Optional, Sequence, Tuple
 
 RMS_SPREAD_TOLERANCE = 1e-2  # (max - min) / mean of one slot's rms across ranks, same step
 SIGNATURE_COSINE_TOLERANCE = 0.999  # lowest cosine of one slot's signatures across ranks, same step
+# A live slot against the training data's reference fingerprint of the same slot (other tokens than served: the
+# per-channel structure of a layer, not the numbers, is what is compared).
+REFERENCE_FORMAT = "eagle-probe-reference/1"
+REFERENCE_COSINE_TOLERANCE = 0.9
+REFERENCE_RMS_RATIO = 2.0  # live rms over the reference's, or its inverse, beyond this is a mismatch
 # Logging "on change": a slot's fingerprint is logged again when it moved this far from the last one logged.
 CHANGE_RMS_RELATIVE = 0.2
 CHANGE_SIGNATURE_COSINE = 0.9
@@ -76,3 +81,35 @@ def rank_disagreement(by_rank: Dict[int, Tuple[float, Sequence[float]]]) -> Opti
     return {"rms_spread": rms_spread, "lowest_signature_cosine": lowest, "rms": dict(zip(ranks, rms)),
             "ranks": sorted({high, low} | {r for r, c in cosines.items() if c is not None
                                            and c < SIGNATURE_COSINE_TOLERANCE} | {ranks[0]})}
+
+
+def parse_reference(data) -> list:
+    """The slots of a reference file's JSON ({slot, rms, signature}); raises ValueError naming what is wrong."""
+    if not isinstance(data, dict) or data.get("format") != REFERENCE_FORMAT:
+        raise ValueError(f"not an eagle-probe reference (format {REFERENCE_FORMAT!r}, from `eagle-probe reference`)")
+    slots = data.get("slots")
+    if not isinstance(slots, list) or not slots:
+        raise ValueError("no slots")
+    for entry in slots:
+        if not (isinstance(entry, dict) and isinstance(entry.get("rms"), (int, float))
+                and isinstance(entry.get("signature"), list)):
+            raise ValueError(f"slot entry {entry!r:.80} lacks rms or signature")
+    return slots
+
+
+def reference_mismatch(slot: int, rms: float, signature: Sequence[float], reference: list) -> Optional[dict]:
+    """A live slot against the reference: None when it matches the same training slot, else how far it is and
+    which training slot it resembles (None if none)."""
+    if slot >= len(reference):
+        return None
+    own = reference[slot]
+    similarity = cosine(signature, own["signature"])
+    ratio = rms / own["rms"] if own["rms"] else math.inf
+    if similarity is not None and similarity >= REFERENCE_COSINE_TOLERANCE and \
+            1 / REFERENCE_RMS_RATIO <= ratio <= REFERENCE_RMS_RATIO:
+        return None
+    scores = [(cosine(signature, r["signature"]) or -1.0, r.get("slot", i)) for i, r in enumerate(reference)]
+    best_cosine, best_slot = max(scores)
+    return {"cosine": similarity, "rms_ratio": ratio,
+            "resembles": best_slot if best_cosine >= REFERENCE_COSINE_TOLERANCE else None,
+            "resembles_cosine": best_cosine}

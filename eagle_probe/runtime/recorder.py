@@ -13,10 +13,10 @@ from typing import Callable, Optional
 from .. import __version__
 from ..analysis import draft_rules
 from ..analysis import findings as rules_mod
-from ..analysis.fingerprints import identical, moved
+from ..analysis.fingerprints import identical, moved, reference_mismatch
 from ..analysis.findings import Finding
 from ..analysis.layers import apply_capture_rule, capture_label, explain_mapping, parse_trained_layers
-from ..config import ProbeConfig
+from ..config import ProbeConfig, read_reference
 from ..events import (ACCEPTANCE, AUX_FINGERPRINT, CAPTURE_CONFIGURED, DRAFT_FORWARD, DRAFT_LOADED, DUMP_STOPPED,
                       DUMP_WRITTEN, FINDING, INTEGRATION_SKIPPED,
                       INTERNAL_ERROR, STARTED, SUMMARY, TARGET_FORWARD)
@@ -94,6 +94,7 @@ class Recorder:
         self._fingerprint_logged = {}  # (role, slot) -> (rms, signature) last logged
         self._fingerprint_bucket = {}  # role -> summary-interval bucket of the last full log
         self._values_reported = set()  # (code, role, slot or slots) already reported as a finding
+        self._reference = read_reference(config.reference) if config.reference else None
         self.dump_planner = self.dump_writer = None
         if config.dump_dir:
             kwarg = LAYER_CAPTURE_KWARG if rules.embedding_capturable else None
@@ -304,6 +305,8 @@ class Recorder:
                 self.finding(rules_mod.aux_nonfinite_finding(
                     fp.role, fp.slot, fp.capture_index, self._slot_label(fp, context.num_layers), fp.nonfinite,
                     fp.tokens, fp.width), fp.role)
+        if self._reference is not None and context.role == "target":
+            self._compare_reference(prints, context.num_layers)
         for i, a in enumerate(prints):
             for b in prints[i + 1:]:
                 key = ("identical", a.role, a.slot, b.slot)
@@ -312,6 +315,22 @@ class Recorder:
                     self._values_reported.add(key)
                     self.finding(rules_mod.aux_slots_identical_finding(
                         a.role, (a.slot, b.slot), (a.capture_index, b.capture_index)), a.role)
+
+    def _compare_reference(self, prints, num_layers):
+        """EAGLE_PROBE_REFERENCE: each live slot against the training data's same slot (once per slot)."""
+        for fp in prints:
+            key = ("reference", fp.role, fp.slot)
+            if key in self._values_reported:
+                continue
+            mismatch = reference_mismatch(fp.slot, fp.rms, fp.signature, self._reference)
+            if mismatch is None:
+                continue
+            self._values_reported.add(key)
+            resembles = None if mismatch["resembles"] is None else f"slot {mismatch['resembles']}"
+            finding = rules_mod.aux_value_mismatch_finding(
+                fp.role, fp.slot, fp.capture_index, None, mismatch["cosine"], resembles,
+                source=f"signature against EAGLE_PROBE_REFERENCE, rms ratio {mismatch['rms_ratio']:.3g}")
+            self.finding(finding, fp.role)
 
     def dump_written(self, path: str, nbytes: int):
         """From the dump writer's thread: one file is complete."""
