@@ -42,8 +42,10 @@ AUX_NONFINITE = "aux_nonfinite"
 AUX_SLOTS_IDENTICAL = "aux_slots_identical"
 TP_RANK_DIVERGENCE = "tp_rank_divergence"
 AUX_VALUE_MISMATCH = "aux_value_mismatch"
+# Replay (`eagle-probe replay --search`): the wiring the draft agrees with its target best under.
+TRAINED_LAYERS_INFERRED = "trained_layers_inferred"
 
-ERROR, WARNING = "error", "warning"
+ERROR, WARNING, INFO = "error", "warning", "info"
 
 # Every code with its severity and one line of meaning (README and tests list these).
 CODES = {
@@ -65,6 +67,8 @@ CODES = {
     TP_RANK_DIVERGENCE: (ERROR, "tensor-parallel ranks that must hold the same aux states for the same tokens "
                                 "disagree beyond the tolerance"),
     AUX_VALUE_MISMATCH: (ERROR, "an aux slot's served values differ from the training data's slot"),
+    TRAINED_LAYERS_INFERRED: (WARNING, "replay: the draft agrees with its target best when fed other layers than "
+                                       "the served ones"),
 }
 
 
@@ -187,21 +191,31 @@ def draft_weights_dropped_finding(model_class: str, dropped: Sequence[str]) -> F
 
 def draft_replaced_finding(obs) -> Optional[Finding]:
     """obs: DraftLoaded. SGLang always gives an EAGLE-3 draft the target's embedding, and the target's lm_head
-    when the draft config has no draft_vocab_size and does not tie embeddings."""
-    replaced = []
-    if obs.embed_in_checkpoint:
+    when the draft config has no draft_vocab_size and does not tie embeddings. An embedding measured equal to the
+    target's (the usual draft, trained with the target's frozen embedding) is no finding; one that could not be
+    compared is said at info level."""
+    replaced, measured = [], None
+    embed_differs = obs.embed_in_checkpoint and obs.embed_rel_diff is not None and obs.embed_rel_diff > 1e-12
+    if embed_differs:
         replaced.append("embed_tokens (SGLang always shares the target's embedding with an EAGLE-3 draft)")
+        measured = f" The checkpoint's embedding differs from the target's: relative difference " \
+                   f"{obs.embed_rel_diff:.3g} ({obs.embed_compare})."
     if obs.lm_head_in_checkpoint and obs.lm_head_from_target:
         replaced.append("lm_head (no draft_vocab_size in the draft config, so SGLang loads the target's)")
+    evidence = dict(embed_in_checkpoint=obs.embed_in_checkpoint, lm_head_in_checkpoint=obs.lm_head_in_checkpoint,
+                    lm_head_from_target=obs.lm_head_from_target, embed_rel_diff=obs.embed_rel_diff,
+                    embed_compare=obs.embed_compare)
     if not replaced:
+        if obs.embed_in_checkpoint and obs.embed_rel_diff is None:
+            return Finding(DRAFT_EMBEDDING_REPLACED, INFO,
+                           f"{obs.model_class}: SGLang replaces the checkpoint's own embed_tokens with the target's; "
+                           f"not compared here ({obs.embed_compare}).", tuple(sorted(evidence.items())))
         return None
     return _finding(
         DRAFT_EMBEDDING_REPLACED,
-        f"{obs.model_class}: the checkpoint's own {' and '.join(replaced)} will be replaced by the target's. "
-        f"Harmless if the draft was trained with the target's frozen weights; if it was trained with its own, "
-        f"acceptance collapses (seen: 0.99 offline accuracy, 0.012 accept rate).",
-        embed_in_checkpoint=obs.embed_in_checkpoint, lm_head_in_checkpoint=obs.lm_head_in_checkpoint,
-        lm_head_from_target=obs.lm_head_from_target)
+        f"{obs.model_class}: the checkpoint's own {' and '.join(replaced)} will be replaced by the target's."
+        f"{measured or ''} Harmless if the draft was trained with the target's frozen weights; if it was trained "
+        f"with its own, acceptance collapses (seen: 0.99 offline accuracy, 0.012 accept rate).", **evidence)
 
 
 def draft_config_layer_finding(model_class: str, draft_ids, expected: Sequence[int], captured: Sequence[int],
@@ -284,3 +298,32 @@ def aux_value_mismatch_finding(role: str, slot: int, served_index: Optional[int]
         f"(`eagle-probe replay --search` names the wiring it was trained on) and the dtype and kernels of prefill.",
         role=role, slot=slot, served_index=served_index, distance=distance, cosine=cosine, resembles=resembles,
         source=source)
+
+
+def trained_layers_inferred_finding(served: Sequence[int], served_accuracy: float, served_positions: int,
+                                    best: Sequence[int], best_accuracy: float, best_positions: int,
+                                    num_layers: int, ids: Optional[Sequence[int]], unreachable: Optional[str],
+                                    sglang_version: Optional[str], near_tie: bool, method: str) -> Finding:
+    """`eagle-probe replay --search`: the served wiring against the one the draft agrees with best. Severity warning
+    when they differ, info when the served wiring is the best (the layers it was trained on, confirmed)."""
+    served, best = tuple(served), tuple(best)
+    evidence = dict(served_hf=list(served), served_accuracy=round(served_accuracy, 6),
+                    served_positions=served_positions, best_hf=list(best), best_accuracy=round(best_accuracy, 6),
+                    best_positions=best_positions, fix_ids=None if ids is None else list(ids),
+                    fix_impossible=unreachable, sglang_version=sglang_version, served_is_near_tie=near_tie,
+                    search=method)
+    release = f"SGLang {sglang_version}" if sglang_version else "this SGLang release"
+    if served == best:
+        return Finding(TRAINED_LAYERS_INFERRED, "info",
+                       f"The draft agrees with the target best when fed the served layers {_labels(served, num_layers)}"
+                       f": position-0 agreement {served_accuracy:.3f} over {served_positions} positions ({method} "
+                       f"search). The served wiring is the one it was trained on.", tuple(sorted(evidence.items())))
+    fix = (f"Set eagle_aux_hidden_state_layer_ids to {list(ids)} ({release})" if ids is not None
+           else f"No eagle_aux_hidden_state_layer_ids reach it on {release}: {unreachable}")
+    tie = (" The served wiring's interval overlaps the best's: the dumps do not separate them; dump more tokens."
+           if near_tie else "")
+    return Finding(TRAINED_LAYERS_INFERRED, WARNING,
+                   f"The draft agrees with the target best when fed HF hidden_states {_labels(best, num_layers)}: "
+                   f"position-0 agreement {best_accuracy:.3f} over {best_positions} positions, against "
+                   f"{served_accuracy:.3f} for the served {_labels(served, num_layers)} ({method} search). It was "
+                   f"likely trained on those layers. {fix}.{tie}", tuple(sorted(evidence.items())))

@@ -96,6 +96,8 @@ class DraftLoaded:
     ignored: Tuple[str, ...]  # skipped by SGLang on purpose (t2d), not a loss
     embed_in_checkpoint: bool
     lm_head_in_checkpoint: bool
+    embed_rel_diff: Optional[float] = None  # the checkpoint's embed_tokens against the target's (None: not compared)
+    embed_compare: str = ""  # how it was compared, or why not
 
 
 class DraftForward(NamedTuple):

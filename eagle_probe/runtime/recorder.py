@@ -286,7 +286,8 @@ class Recorder:
             return
         self._seen_findings.add(key)
         self._findings_total[finding.code] = self._findings_total.get(finding.code, 0) + 1
-        self._emit("warning" if finding.severity != "error" else "error", FINDING, code=finding.code,
+        level = finding.severity if finding.severity in ("error", "warning", "info") else "warning"
+        self._emit(level, FINDING, code=finding.code,
                    severity=finding.severity, role=role, message=finding.message, evidence=finding.evidence_dict())
         self._metric("finding", finding, role)
 

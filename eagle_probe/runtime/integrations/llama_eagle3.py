@@ -12,6 +12,7 @@ from ..observations import DraftForward, DraftLoaded
 from ..state import STATE
 from ..patcher import Integration, PatchTarget
 from ..recorder import SELF_FED_DRAFT_MODES, draft_count_key
+from ..values.embedding_check import compare_with_target
 from ..values.sampler import SampleContext, deliver_ready, real_tokens, sampled_mode
 from ..context.graph_capture import is_capturing
 
@@ -137,20 +138,28 @@ def draft_forward_wrapper(wrapped, instance, args, kwargs):
     return result
 
 
-def _tap_names(weights, names):
-    # Pass every (name, tensor) through unchanged; keep only the name.
+def _tap_names(weights, names, kept):
+    # Pass every (name, tensor) through unchanged; keep the names, and the embedding until load_weights returns.
     for item in weights:
         names.append(item[0])
+        if item[0].endswith("embed_tokens.weight"):
+            kept["embed"] = item[1]
         yield item
 
 
-def _observe_loaded(instance, names):
+def _observe_loaded(instance, names, kept):
     config = instance.config
     inner = instance.model
     eagle_config = getattr(config, "eagle_config", None) or {}
     ids = eagle_config.get("eagle_aux_hidden_state_layer_ids")
     fc = getattr(inner, "fc", None)
     dropped, ignored = unconsumed_weights(names, [n for n, _ in instance.named_parameters()])
+    embed_rel_diff, embed_compare = None, ""
+    if "embed" in kept:
+        try:
+            embed_rel_diff, embed_compare = compare_with_target(kept.pop("embed"))
+        except Exception as exc:  # an unreadable target file: say so, never fail the load
+            embed_compare = f"not compared: {type(exc).__name__}: {exc}"[:300]
     STATE.recorder.draft_loaded(DraftLoaded(
         model_class=type(instance).__name__,
         eagle_layer_ids=None if ids is None else tuple(int(i) for i in ids),
@@ -169,20 +178,21 @@ def _observe_loaded(instance, names):
         dropped=dropped, ignored=ignored,
         embed_in_checkpoint=any(n.endswith("embed_tokens.weight") for n in names),
         lm_head_in_checkpoint=any(n.endswith("lm_head.weight") for n in names),
+        embed_rel_diff=embed_rel_diff, embed_compare=embed_compare,
     ))
 
 
 def load_weights_wrapper(wrapped, instance, args, kwargs):
     if not STATE.active:
         return wrapped(*args, **kwargs)
-    names = []
+    names, kept = [], {}
     if args:
-        args = (_tap_names(args[0], names),) + tuple(args[1:])
+        args = (_tap_names(args[0], names, kept),) + tuple(args[1:])
     elif "weights" in kwargs:
-        kwargs = dict(kwargs, weights=_tap_names(kwargs["weights"], names))
+        kwargs = dict(kwargs, weights=_tap_names(kwargs["weights"], names, kept))
     result = wrapped(*args, **kwargs)
     try:
-        _observe_loaded(instance, names)
+        _observe_loaded(instance, names, kept)
     except Exception as exc:
         STATE.report_error("llama_eagle3.load_weights", exc)
     return result
