@@ -34,6 +34,7 @@ class ProbeConfig:
     log_dir: Optional[str] = None
     log_level: str = "info"
     metrics_port: Optional[int] = None
+    metrics_addr: str = "127.0.0.1"  # the per-rank exporter's bind address (loopback unless said otherwise)
     summary_interval_s: float = 60.0
     fingerprint_interval_s: float = 1.0  # sampled aux fingerprints (0: off)
     flush_interval_s: float = 1.0  # counted values reach the Prometheus series at most this late (0: summary/exit)
@@ -65,6 +66,7 @@ class ProbeConfig:
             env["EAGLE_PROBE_LOG_DIR"] = self.log_dir
         if self.metrics_port is not None:
             env["EAGLE_PROBE_METRICS_PORT"] = str(self.metrics_port)
+            env["EAGLE_PROBE_METRICS_ADDR"] = self.metrics_addr
         if self.draft_accuracy is not None:
             env["EAGLE_PROBE_DRAFT_ACCURACY"] = repr(self.draft_accuracy)
         env["EAGLE_PROBE_COLLAPSE_RATIO"] = repr(self.collapse_ratio)
@@ -114,6 +116,24 @@ def _number(env: Mapping[str, str], name: str, default, cast, valid, accepted: s
     if not valid(value):
         raise ConfigError(name, raw, accepted)
     return value
+
+
+def _address(env: Mapping[str, str], name: str, default: str) -> str:
+    import ipaddress
+
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        return str(ipaddress.ip_address(raw.strip()))
+    except ValueError:
+        raise ConfigError(name, raw, "an IP address to bind, e.g. 127.0.0.1 (default), 0.0.0.0 or ::") from None
+
+
+def is_loopback(address: str) -> bool:
+    import ipaddress
+
+    return ipaddress.ip_address(address).is_loopback
 
 
 def _port(env: Mapping[str, str], name: str) -> Optional[int]:
@@ -208,6 +228,7 @@ def load_config(env: Optional[Mapping[str, str]] = None) -> ProbeConfig:
         log_dir=log_dir,
         log_level=_choice(env, "EAGLE_PROBE_LOG_LEVEL", "info", LOG_LEVELS),
         metrics_port=_port(env, "EAGLE_PROBE_METRICS_PORT"),
+        metrics_addr=_address(env, "EAGLE_PROBE_METRICS_ADDR", "127.0.0.1"),
         summary_interval_s=_positive_float(env, "EAGLE_PROBE_SUMMARY_INTERVAL_S", 60.0),
         flush_interval_s=_seconds_or_zero(env, "EAGLE_PROBE_FLUSH_INTERVAL_S", 1.0),
         fingerprint_interval_s=_seconds_or_zero(env, "EAGLE_PROBE_FINGERPRINT_INTERVAL_S", 1.0),

@@ -60,7 +60,8 @@ def install(env=None) -> bool:
 
         def make_metrics(rank_info):
             from .sinks.metrics import MetricsSink
-            return _shared_metrics(rank_info, config.metrics_port, MetricsSink)
+            return _shared_metrics(rank_info, config.metrics_port,
+                                   lambda ranks, port: MetricsSink(ranks, port, addr=config.metrics_addr))
 
         STATE.recorder = Recorder(config, versions.rules_for(parsed), sglang_version, logs,
                                   ranks.read_ranks, make_metrics)

@@ -16,9 +16,9 @@ from ..analysis import findings as rules_mod
 from ..analysis.fingerprints import identical, moved, reference_mismatch
 from ..analysis.findings import Finding
 from ..analysis.layers import apply_capture_rule, capture_label, explain_mapping, parse_trained_layers
-from ..config import ProbeConfig, read_reference
+from ..config import ProbeConfig, is_loopback, read_reference
 from ..events import (ACCEPTANCE, AUX_FINGERPRINT, CAPTURE_CONFIGURED, DRAFT_FORWARD, DRAFT_LOADED, DUMP_STOPPED,
-                      DUMP_WRITTEN, FINDING, INTEGRATION_SKIPPED,
+                      DUMP_WRITTEN, FINDING, INTEGRATION_SKIPPED, METRICS_EXPOSED,
                       INTERNAL_ERROR, STARTED, SUMMARY, TARGET_FORWARD)
 from ..versions import LAYER_CAPTURE_KWARG, SUPPORTED_RANGE_TEXT, VersionRules, format_version, rule_since
 from .acceptance_monitor import AcceptanceMonitor, counts_since
@@ -132,6 +132,11 @@ class Recorder:
             self.metrics = None
             self.internal_error("metrics.start", exc)
         self._pending_skips.clear()
+        addr = getattr(self.metrics, "addr", None)
+        if addr and not is_loopback(addr):
+            self._emit("warning", METRICS_EXPOSED, addr=addr, port=self.metrics.port,
+                       message=f"the probe's metrics exporter listens on {addr}:{self.metrics.port}, reachable from "
+                               f"other hosts (EAGLE_PROBE_METRICS_ADDR); the default is 127.0.0.1")
         if self.metrics is not None and self.config.flush_interval_s > 0:
             self._flusher = PeriodicFlusher(self, self.config.flush_interval_s).start()
 

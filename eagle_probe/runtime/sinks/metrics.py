@@ -73,12 +73,13 @@ def serves_sglang_http() -> bool:
 
 
 class MetricsSink:
-    def __init__(self, ranks: Ranks, metrics_port: Optional[int] = None, registry=None):
+    def __init__(self, ranks: Ranks, metrics_port: Optional[int] = None, registry=None, addr: str = "127.0.0.1"):
         import prometheus_client as prom
 
         self.multiprocess = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
         self._rank = ranks.labels()
         self.port = None
+        self.addr = None
         kw = {} if registry is None else {"registry": registry}
         self._label_names = {}
 
@@ -161,7 +162,8 @@ class MetricsSink:
             # nodes of a multi-node launch other than node 0. One port per TP rank; in multiprocess mode it
             # serves this process's own values (the registry reads them from this pid's files).
             self.port = metrics_port + (ranks.tp_rank or 0)
-            prom.start_http_server(self.port, addr="127.0.0.1", **kw)
+            self.addr = addr
+            prom.start_http_server(self.port, addr=addr, **kw)
 
     def _child(self, metric, *values):
         key = (id(metric),) + values
