@@ -3,27 +3,58 @@
 import argparse
 import os
 import sys
+from typing import Optional
 
 from .. import __version__
 from ..bootstrap import BOOTSTRAP_DIR
 from ..config import INNER_FORWARD_MODES, LOG_LEVELS, ConfigError, load_config
 
 
+def _option_values(args) -> dict:
+    """{variable: (option, value)} for the run options given; a bad value is reported under both names."""
+    values = {
+        "EAGLE_PROBE_LOG_DIR": ("--log-dir", None if args.log_dir is None else os.path.abspath(args.log_dir)),
+        "EAGLE_PROBE_METRICS_PORT": ("--metrics-port", args.metrics_port),
+        "EAGLE_PROBE_LOG_LEVEL": ("--log-level", args.log_level),
+        "EAGLE_PROBE_SUMMARY_INTERVAL_S": ("--summary-interval", args.summary_interval),
+        "EAGLE_PROBE_INNER_FORWARD": ("--inner-forward", args.inner_forward),
+        "EAGLE_PROBE_LOG_EVERY_FORWARD": ("--log-every-forward", "1" if args.log_every_forward else None),
+    }
+    return {name: (option, value) for name, (option, value) in values.items() if value is not None}
+
+
 def _run_environment(args, base_env) -> dict:
     env = dict(base_env)
-    options = {
-        "EAGLE_PROBE_LOG_DIR": None if args.log_dir is None else os.path.abspath(args.log_dir),
-        "EAGLE_PROBE_METRICS_PORT": args.metrics_port,
-        "EAGLE_PROBE_LOG_LEVEL": args.log_level,
-        "EAGLE_PROBE_SUMMARY_INTERVAL_S": args.summary_interval,
-        "EAGLE_PROBE_INNER_FORWARD": args.inner_forward,
-        "EAGLE_PROBE_LOG_EVERY_FORWARD": "1" if args.log_every_forward else None,
-    }
-    env.update({k: str(v) for k, v in options.items() if v is not None})
+    env.update({name: str(value) for name, (_, value) in _option_values(args).items()})
     env.setdefault("EAGLE_PROBE_ENABLED", "1")
     existing = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != BOOTSTRAP_DIR]
     env["PYTHONPATH"] = os.pathsep.join([BOOTSTRAP_DIR] + existing)
     return env
+
+
+def _dir_problem(directory: str) -> Optional[str]:
+    """Why the probe could not write its files under directory; it creates the missing part itself."""
+    path = os.path.abspath(directory)
+    while not os.path.lexists(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    if not os.path.isdir(path):
+        return f"{path} is not a directory"
+    if not os.access(path, os.W_OK | os.X_OK):
+        return f"{path} is not writable"
+    return None
+
+
+def _config_problem(env) -> Optional[ConfigError]:
+    """The first bad EAGLE_PROBE_* value, found before anything is launched (the probe would only log it)."""
+    try:
+        config = load_config(env)
+    except ConfigError as exc:
+        return exc
+    for name, path in (("EAGLE_PROBE_LOG_DIR", config.log_dir), ("EAGLE_PROBE_DUMP_DIR", config.dump_dir)):
+        why = _dir_problem(path) if config.enabled and path else None
+        if why:
+            return ConfigError(name, path, f"a writable directory, or a path where one can be created ({why})")
+    return None
 
 
 def cmd_run(args) -> int:
@@ -34,10 +65,10 @@ def cmd_run(args) -> int:
         print("eagle-probe run: no command given; usage: eagle-probe run [options] -- COMMAND ...", file=sys.stderr)
         return 2
     env = _run_environment(args, os.environ)
-    try:
-        load_config(env)
-    except ConfigError as exc:
-        print(f"eagle-probe run: {exc}", file=sys.stderr)
+    problem = _config_problem(env)
+    if problem is not None:
+        option = _option_values(args).get(problem.variable, ("",))[0]
+        print(f"eagle-probe run: {option + ': ' if option else ''}{problem}", file=sys.stderr)
         return 2
     try:
         os.execvpe(command[0], command, env)
@@ -46,33 +77,45 @@ def cmd_run(args) -> int:
         return 127
 
 
+def _nonblank(text: str) -> str:
+    """argparse type: an option given as '' would silently mean 'not set'."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must not be blank")
+    return text
+
+
 def cmd_summarize(args) -> int:
     import json
 
-    from .summarize.logread import iter_lines, parse_events
-    from .summarize.report import build_report, render_text
+    from .summarize.logread import LogReader
+    from .summarize.report import build_report, input_lines, render_text
 
     paths = [p for p in args.paths if p != "-"]
-    missing = [p for p in paths if not os.path.exists(p)]
+    missing = [p for p in paths if not os.path.lexists(p)]
     if missing:
         print(f"eagle-probe summarize: no such file or directory: {', '.join(missing)}", file=sys.stderr)
         return 2
-    lines = iter_lines(paths) if paths else sys.stdin
+    reader = LogReader()
     try:
-        events = list(parse_events(lines))
-    except OSError as exc:
+        if paths:
+            reader.read_paths(paths)
+        else:
+            reader.read_stream(getattr(sys.stdin, "buffer", sys.stdin), "<stdin>")
+    except OSError as exc:  # a broken link, a link loop, no permission
         print(f"eagle-probe summarize: cannot read {exc.filename or 'input'}: {exc.strerror or exc}", file=sys.stderr)
         return 2
-    if not events:
+    if not reader.events:
         where = ", ".join(paths) if paths else "stdin"
         print(f"eagle-probe summarize: no eagle_probe events in {where} (expected the probe's JSON lines: "
               f"*.jsonl / *.log files or a directory of them)", file=sys.stderr)
+        print("\n".join(input_lines(reader.stats())), file=sys.stderr)
         return 2
-    report = build_report(events)
+    report = build_report(reader.events, reader.stats())
     if args.html:
         from .summarize.html_report import render_html
         try:
-            with open(args.html, "w", encoding="utf-8") as handle:
+            # backslashreplace: a log's JSON may hold a lone surrogate ("\\ud800"), which UTF-8 cannot encode
+            with open(args.html, "w", encoding="utf-8", errors="backslashreplace") as handle:
                 handle.write(render_html(report))
         except OSError as exc:
             print(f"eagle-probe summarize: cannot write --html {args.html}: {exc.strerror or exc}", file=sys.stderr)
@@ -102,19 +145,26 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="cmd", required=True)
 
     run = sub.add_parser("run", help="run a command (e.g. python -m sglang.launch_server ...) with the probe injected")
-    run.add_argument("--log-dir", help="one JSON-lines file per process here (default: stderr)")
-    run.add_argument("--metrics-port", type=int, help="per-process exporter on 127.0.0.1:PORT+tp_rank "
+    # Values are checked by load_config, as the variables are, so a bad one is named with what it accepts.
+    run.add_argument("--log-dir", type=_nonblank, help="one JSON-lines file per process here (default: stderr)")
+    run.add_argument("--metrics-port", type=_nonblank, help="per-process exporter on 127.0.0.1:PORT+tp_rank "
                      "when SGLang's --enable-metrics is off")
-    run.add_argument("--log-level", choices=LOG_LEVELS)
-    run.add_argument("--summary-interval", type=float, help="seconds between eagle_probe.summary events")
+    run.add_argument("--log-level", type=str.lower, choices=LOG_LEVELS)
+    run.add_argument("--summary-interval", type=_nonblank, help="seconds between eagle_probe.summary events")
     run.add_argument("--log-every-forward", action="store_true", help="debug: a line per forward")
-    run.add_argument("--inner-forward", choices=INNER_FORWARD_MODES,
+    run.add_argument("--inner-forward", type=str.lower, choices=INNER_FORWARD_MODES,
                      help="wrap inner model forwards (auto: off under torch.compile / piecewise CUDA graphs)")
     run.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ...")
     run.set_defaults(func=cmd_run)
 
     from .doctor import add_parser as add_doctor_parser
     add_doctor_parser(sub)
+    from .parity import add_parser as add_parity_parser
+    add_parity_parser(sub)
+    from .reference import add_parser as add_reference_parser
+    add_reference_parser(sub)
+    from .replay import add_parser as add_replay_parser  # torch is imported only when replay runs
+    add_replay_parser(sub)
 
     summ = sub.add_parser("summarize", help="summarise the probe's JSON logs of all ranks")
     summ.add_argument("paths", nargs="*", help="log files or directories (default: stdin)")
@@ -137,6 +187,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    # Paths and logs may hold text stdout cannot encode (a lone surrogate): print it escaped, not a traceback.
+    if hasattr(sys.stdout, "reconfigure"):
+        sys.stdout.reconfigure(errors="backslashreplace")
     try:
         return args.func(args)
     except BrokenPipeError:  # e.g. `eagle-probe summarize DIR | head`: the reader left, nothing is wrong

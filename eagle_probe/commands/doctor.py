@@ -63,7 +63,7 @@ def _read_config_bytes(file: str, what: str) -> bytes:
 
 
 class _ConflictingKeys(ValueError):
-    pass
+    """A key given twice in one object, with two values."""
 
 
 def _object_without_conflicts(pairs) -> dict:
@@ -78,7 +78,11 @@ def _object_without_conflicts(pairs) -> dict:
 
 
 def _shown(value) -> str:
-    text = json.dumps(value)
+    """A value from the file, as JSON and short enough for one message."""
+    try:
+        text = json.dumps(value)
+    except RecursionError:
+        return "(a deeply nested value)"
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -99,17 +103,17 @@ def load_config_json(path: str, what: str) -> Tuple[str, dict]:
     try:
         data = json.loads(text, object_pairs_hook=_object_without_conflicts)
     except json.JSONDecodeError as exc:
-        raise DoctorInputError(f"{what} config {file}: not valid JSON: {exc.msg} "
-                               f"at line {exc.lineno} column {exc.colno}") from None
+        raise DoctorInputError(f"{what} config {file}: not valid JSON: {exc.msg}: "
+                               f"line {exc.lineno} column {exc.colno}") from None
     except _ConflictingKeys as exc:
         raise DoctorInputError(f"{what} config {file}: {exc}") from None
     except ValueError as exc:  # e.g. an integer of more than 4300 digits
-        raise DoctorInputError(f"{what} config {file}: not valid JSON: {exc}") from None
+        raise DoctorInputError(f"{what} config {file}: not valid JSON: {str(exc).split(':')[0]}") from None
     except RecursionError:
         raise DoctorInputError(f"{what} config {file}: not valid JSON: nested too deeply") from None
     if not isinstance(data, dict):
         raise DoctorInputError(f"{what} config {file}: expected a JSON object at the top level, "
-                               f"got {type(data).__name__}")
+                               f"got {_shown(data)}")
     return file, data
 
 
@@ -122,7 +126,8 @@ def _int(data: dict, key: str, file: str, what: str, prefix: str = "", required:
         return None
     value = data[key]
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise DoctorInputError(f"{what} config {file}: key '{name}' must be an integer >= {minimum}, got {value!r}")
+        raise DoctorInputError(f"{what} config {file}: key '{name}' must be an integer >= {minimum}, "
+                               f"got {_shown(value)}")
     return value
 
 
@@ -130,19 +135,33 @@ def _bool(data: dict, key: str, file: str, prefix: str, default: bool) -> bool:
     if key not in data or data[key] is None:
         return default
     if not isinstance(data[key], bool):
-        raise DoctorInputError(f"draft config {file}: key '{prefix}{key}' must be true or false, got {data[key]!r}")
+        raise DoctorInputError(f"draft config {file}: key '{prefix}{key}' must be true or false, "
+                               f"got {_shown(data[key])}")
     return data[key]
+
+
+def _names(data: dict, file: str, what: str, prefix: str) -> List[str]:
+    """'architectures': a list of class names (or absent)."""
+    value = data.get("architectures")
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise DoctorInputError(f"{what} config {file}: key '{prefix}architectures' must be a list of class names, "
+                               f"got {_shown(value)}")
+    return value
 
 
 def parse_target(data: dict, file: str, need_fkdr: bool = False) -> Tuple[TargetSpec, List[str]]:
     notes = []
     text, prefix = data, ""
     for key in NESTED_TEXT_KEYS:
+        if data.get(key) is not None and not isinstance(data[key], dict):
+            raise DoctorInputError(f"target config {file}: key '{key}' must be an object, got {_shown(data[key])}")
         if isinstance(data.get(key), dict) and "num_hidden_layers" in data[key]:
             text, prefix = data[key], key + "."
             notes.append(f"target: text model read from '{key}'")
             break
-    archs = data.get("architectures") or text.get("architectures") or []
+    archs = _names(data, file, "target", "") or _names(text, file, "target", prefix)
     model_class = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else \
         str(text.get("model_type") or data.get("model_type") or "unknown")
     num_layers = _int(text, "num_hidden_layers", file, "target", prefix)
@@ -161,7 +180,7 @@ def _ids(value, file: str, key: str) -> Optional[Tuple[int, ...]]:
     if value is None:
         return None
     if not isinstance(value, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in value):
-        raise DoctorInputError(f"draft config {file}: key '{key}' must be a list of integers, got {value!r}")
+        raise DoctorInputError(f"draft config {file}: key '{key}' must be a list of integers, got {_shown(value)}")
     return tuple(value)
 
 
@@ -179,12 +198,12 @@ def _draft_ids(data: dict, eagle: dict, file: str) -> Optional[Tuple[int, ...]]:
 
 def parse_draft(data: dict, file: str) -> Tuple[DraftSpec, List[str]]:
     notes = []
-    archs = data.get("architectures") or []
+    archs = _names(data, file, "draft", "")
     model_class = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else \
         str(data.get("model_type") or "unknown")
     eagle = data.get("eagle_config")
     if eagle is not None and not isinstance(eagle, dict):
-        raise DoctorInputError(f"draft config {file}: key 'eagle_config' must be an object, got {eagle!r}")
+        raise DoctorInputError(f"draft config {file}: key 'eagle_config' must be an object, got {_shown(eagle)}")
     eagle = eagle or {}
     is_eagle3 = any("eagle3" in str(a).lower() for a in (archs if isinstance(archs, list) else [])) or bool(eagle) \
         or "target_hidden_size" in data

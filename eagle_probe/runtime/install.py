@@ -15,6 +15,7 @@ from .patcher import PATCHER
 from .recorder import Recorder
 from .sinks.logs import LogSink
 from .state import STATE
+from .values import sampler
 
 _lock = threading.Lock()
 _atexit_registered = False
@@ -104,6 +105,7 @@ def uninstall() -> None:
             if integration.reset is not None:
                 integration.reset()
         graph_capture.reset()
+        sampler.reset()
 
 
 def patched_targets():

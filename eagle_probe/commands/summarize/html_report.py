@@ -2,10 +2,12 @@
 
 Plots are SVG drawn here (no plotting dependency) and inlined as data: URIs in <img> tags; a
 Content-Security-Policy forbids every network load. A small inline script writes each image's decoded
-size into the page (`#img-check`), so a headless browser can prove that the plots rendered.
+size into the page (`#img-check`), so a headless browser can prove that the plots rendered; it is the only
+script the policy lets run. Everything from the logs is HTML-escaped (_e).
 """
 
 import base64
+import hashlib
 import html
 import json
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -159,14 +161,36 @@ for(var i=0;i<imgs.length;i++){var im=imgs[i];out.push(im.id+' '+im.naturalWidth
 var el=document.getElementById('img-check');el.textContent=out.join('\\n');el.setAttribute('data-done','1');})();"""
 
 
+SCRIPT = f"window.addEventListener('load',function(){{{CHECK_SCRIPT}}});"
+# Only this script may run (its hash, not 'unsafe-inline'): if log text ever reached the page unescaped,
+# a <script> or onerror= in it would still be refused.
+SCRIPT_SRC = "'sha256-" + base64.b64encode(hashlib.sha256(SCRIPT.encode("utf-8")).digest()).decode("ascii") + "'"
+
+
+def _input_section(stats: Optional[dict]) -> str:
+    """Lines read and skipped, and why; the first skipped lines with file:line."""
+    if not stats:
+        return ""
+    why = ", ".join(f"{reason}: {n}" for reason, n in stats["skipped_by_reason"].items())
+    out = [f"<h2>Input</h2><p>{stats['files']} file(s), {stats['lines']} line(s): {stats['events']} probe "
+           f"event(s), {stats['skipped']} skipped{_e(f' ({why})' if why else '')}.</p>"]
+    if stats["skipped_lines"]:
+        out.append(_table(("file", "line", "reason"), [(s["file"], s["line"], s["reason"])
+                                                      for s in stats["skipped_lines"]], "skipped"))
+    if stats["skipped_not_listed"]:
+        out.append(f"<p>... and {stats['skipped_not_listed']} more skipped line(s) not listed.</p>")
+    return "".join(out)
+
+
 def render_html(report: dict, title: str = "eagle-probe report") -> str:
     parts = [
         "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">",
         "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; img-src data:; "
-        "style-src 'unsafe-inline'; script-src 'unsafe-inline'\">",
+        f"style-src 'unsafe-inline'; script-src {SCRIPT_SRC}\">",
         f"<title>{_e(title)}</title><style>{CSS}</style></head><body>",
         f"<h1>{_e(title)}</h1>",
         f"<p>{len(report['ranks'])} process(es), {report.get('events', 0)} probe events.</p>",
+        _input_section(report.get("input")),
     ]
     if report["notices"]:
         parts.append("<h2>Notices</h2>" + _table(("event", "details"), [
@@ -242,6 +266,6 @@ def render_html(report: dict, title: str = "eagle-probe report") -> str:
             parts.append(f"<p class=\"error\">probe internal error in {_e(err.get('where'))}: "
                          f"{_e(err.get('error'))}</p>")
     parts.append('<pre id="img-check"></pre>')
-    parts.append(f"<script>window.addEventListener('load',function(){{{CHECK_SCRIPT}}});</script>")
+    parts.append(f"<script>{SCRIPT}</script>")
     parts.append("</body></html>")
     return "\n".join(parts)

@@ -1,35 +1,149 @@
 """Read the probe's JSON-lines logs back: files, directories of per-process files, or a stream.
 
-Foreign lines (SGLang's own output on the same stderr) and a truncated last line are skipped.
+Every line is either a probe event or skipped and counted with its reason: other output (SGLang's own
+lines on the same stderr), a truncated or otherwise invalid JSON line, bytes that are not UTF-8 text, a line
+too long, or a probe line with a field of the wrong type (fields.py). The first skipped lines other than
+other output are listed with file:line, so that a damaged log can be found.
 """
 
 import json
 import os
-from typing import Iterable, Iterator
+from collections import Counter
+from typing import Iterable, Iterator, Optional
+
+from .fields import field_problem
+
+SUFFIXES = (".jsonl", ".log")
+MAX_LINE_BYTES = 8 * 1024 * 1024  # the probe's lines are kilobytes; a longer one is not read into memory
+MAX_DEPTH = 64  # the probe nests a few levels; far deeper JSON would overflow the renderers' recursion
+LISTED = 20  # skipped lines listed with file:line (all are counted)
+
+OTHER = "not a probe event"  # other output: SGLang's own lines on the same stream
+BAD_JSON = "invalid JSON"
+BINARY = "binary data"
+TOO_LONG = "line too long"
+BAD_FIELD = "wrong field type"
+
+_DECODER = json.JSONDecoder()
 
 
-def iter_lines(paths: Iterable[str]) -> Iterator[str]:
+def log_files(paths: Iterable[str]) -> Iterator[str]:
+    """Each path given, and for a directory its *.jsonl / *.log files (subdirectories are not read)."""
     for path in paths:
-        if os.path.isdir(path):
-            names = sorted(n for n in os.listdir(path) if n.endswith((".jsonl", ".log")))
-            yield from iter_lines(os.path.join(path, n) for n in names)
-        else:
-            with open(path, encoding="utf-8", errors="replace") as handle:
-                yield from handle
-
-
-def parse_events(lines: Iterable[str]) -> Iterator[dict]:
-    for line in lines:
-        start = line.find('{"')
-        if start < 0:
+        if not os.path.isdir(path):
+            yield path
             continue
+        for name in sorted(os.listdir(path)):
+            full = os.path.join(path, name)
+            # a directory or device is no log; a broken link or a link loop is opened, and named when it fails
+            if name.endswith(SUFFIXES) and not (os.path.exists(full) and not os.path.isfile(full)):
+                yield full
+
+
+def _lines(handle) -> Iterator[Optional[bytes]]:
+    """The stream's lines (bytes, or str from a text stream); None for a line over MAX_LINE_BYTES."""
+    while True:
+        line = handle.readline(MAX_LINE_BYTES + 1)
+        if not line:
+            return
+        newline = b"\n" if isinstance(line, bytes) else "\n"
+        if len(line) <= MAX_LINE_BYTES or line.endswith(newline):
+            yield line
+            continue
+        while line and not line.endswith(newline):  # drop the rest of the long line, a chunk at a time
+            line = handle.readline(MAX_LINE_BYTES)
+        yield None
+
+
+def _too_deep(line: str, record) -> bool:
+    if line.count("[") + line.count("{") <= MAX_DEPTH:  # cheap: most lines cannot be that deep
+        return False
+    stack = [(record, 1)]
+    while stack:
+        value, depth = stack.pop()
+        children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+        if children and depth > MAX_DEPTH:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
+
+
+def parse_line(line) -> tuple:
+    """(event, None, None) for a probe event, else (None, reason, detail)."""
+    if line is None:
+        return None, TOO_LONG, f"over {MAX_LINE_BYTES} bytes"
+    if isinstance(line, bytes):
         try:
-            record = json.loads(line[start:])
-        except ValueError:
-            continue
-        if isinstance(record, dict) and str(record.get("event", "")).startswith("eagle_probe."):
-            yield record
+            line = line.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return None, BINARY, f"byte 0x{line[exc.start]:02x} at column {exc.start + 1} is not UTF-8"
+    if "\x00" in line:
+        return None, BINARY, "NUL bytes"
+    line = line.rstrip("\r\n")  # so that an error's column counts within the line
+    start = line.find('{"')
+    if start < 0:
+        return None, OTHER, ""
+    try:
+        record, end = _DECODER.raw_decode(line, start)  # SGLang's own lines may hold a JSON object mid-line
+    except json.JSONDecodeError as exc:
+        return None, BAD_JSON, f"{exc.msg}: column {exc.colno} (a truncated line?)"
+    except ValueError as exc:  # e.g. an integer of more than 4300 digits
+        return None, BAD_JSON, str(exc).split(":")[0]
+    except RecursionError:
+        return None, BAD_JSON, "nested too deeply"
+    if not isinstance(record, dict) or not str(record.get("event", "")).startswith("eagle_probe."):
+        return None, OTHER, ""
+    if line[end:].strip():
+        return None, BAD_JSON, f"more text after the event at column {end + 1} (two lines run together?)"
+    if _too_deep(line, record):
+        return None, BAD_JSON, f"nested deeper than {MAX_DEPTH} levels"
+    problem = field_problem(record)
+    if problem:
+        return None, BAD_FIELD, problem
+    return record, None, None
+
+
+class LogReader:
+    """Events from log files or streams; every other line counted by reason, the first ones listed."""
+
+    def __init__(self):
+        self.events = []
+        self.files = 0
+        self.lines = 0
+        self.skipped = Counter()
+        self.listed = []
+
+    def read_paths(self, paths: Iterable[str]) -> "LogReader":
+        """Raises OSError (with its filename) for a path or a directory's file that cannot be read."""
+        for path in log_files(paths):
+            with open(path, "rb") as handle:
+                self.read_stream(handle, path)
+        return self
+
+    def read_stream(self, handle, name: str) -> "LogReader":
+        self.files += 1
+        for number, line in enumerate(_lines(handle), 1):
+            self.lines += 1
+            event, reason, detail = parse_line(line)
+            if event is not None:
+                self.events.append(event)
+            else:
+                self._skip(name, number, reason, detail)
+        return self
+
+    def _skip(self, name: str, number: int, reason: str, detail: str):
+        self.skipped[reason] += 1
+        if reason != OTHER and len(self.listed) < LISTED:
+            shown = name.encode("utf-8", "backslashreplace").decode("utf-8")  # a file name need not be UTF-8
+            self.listed.append({"file": shown, "line": number, "reason": f"{reason}: {detail}"})
+
+    def stats(self) -> dict:
+        """How much was read and skipped, and why: the report's 'input' section."""
+        skipped = sum(self.skipped.values())
+        return {"files": self.files, "lines": self.lines, "events": len(self.events), "skipped": skipped,
+                "skipped_by_reason": dict(self.skipped.most_common()), "skipped_lines": list(self.listed),
+                "skipped_not_listed": skipped - self.skipped[OTHER] - len(self.listed)}
 
 
 def read_events(paths: Iterable[str]) -> list:
-    return list(parse_events(iter_lines(paths)))
+    return LogReader().read_paths(paths).events

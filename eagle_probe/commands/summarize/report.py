@@ -1,6 +1,7 @@
 """A readable report of what the probe saw, per process (rank), from its JSON logs.
 
 build_report(events) returns one JSON-ready dict; render_text and html_report.render_html draw it.
+The fields read here, with their types, are listed in fields.py (logread skips lines that break them).
 """
 
 import json
@@ -114,7 +115,8 @@ _LISTED = {names.CAPTURE_CONFIGURED: "capture", names.TARGET_FORWARD: "forwards"
            names.ACCEPTANCE: "acceptance"}
 
 
-def build_report(events: list) -> dict:
+def build_report(events: list, input_stats=None) -> dict:
+    """input_stats: LogReader.stats(), the lines read and skipped (shown as the report's input section)."""
     raw = defaultdict(lambda: {"started": None, "capture": [], "forwards": [], "draft": [], "findings": [],
                                "summary": None, "errors": [], "acceptance": []})
     notices = []
@@ -154,7 +156,7 @@ def build_report(events: list) -> dict:
         })
     all_findings = [e for e in events if e.get("event") == names.FINDING]
     return {"ranks": ranks, "notices": notices, "findings": _group_findings(all_findings),
-            "events": len(events)}
+            "events": len(events), "input": input_stats}
 
 
 def _fmt(value, digits=3):
@@ -218,4 +220,18 @@ def render_text(report: dict) -> str:
             out.append(f"  FINDING {f['code']} [{f['severity']}] x{f['count']} ({when}): {f['last_message']}")
         for err in rank["errors"]:
             out.append(f"  probe internal error in {err.get('where')}: {err.get('error')}")
+    out += input_lines(report.get("input"))
     return "\n".join(out)
+
+
+def input_lines(stats) -> list:
+    """What was read and what was skipped (and why), with file:line for the first skipped lines."""
+    if not stats:
+        return []
+    why = ", ".join(f"{reason}: {n}" for reason, n in stats["skipped_by_reason"].items())
+    out = [f"input: {stats['files']} file(s), {stats['lines']} line(s): {stats['events']} probe event(s), "
+           f"{stats['skipped']} skipped" + (f" ({why})" if why else "")]
+    out += [f"  skipped {s['file']}:{s['line']}: {s['reason']}" for s in stats["skipped_lines"]]
+    if stats["skipped_not_listed"]:
+        out.append(f"  ... and {stats['skipped_not_listed']} more skipped line(s) not listed")
+    return out

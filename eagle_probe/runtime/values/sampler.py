@@ -67,6 +67,11 @@ SAMPLED_TARGET_MODES = ("EXTEND", "TARGET_VERIFY")  # eager forwards whose aux s
 _sampled_modes = {}  # ForwardMode member -> whether it is sampled (names read once)
 
 
+def reset() -> None:
+    """Forget the mode names read (uninstall)."""
+    _sampled_modes.clear()
+
+
 def sampled_mode(mode, names=SAMPLED_TARGET_MODES) -> bool:
     key = (mode, names)
     sampled = _sampled_modes.get(key)

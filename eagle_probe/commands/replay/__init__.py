@@ -1,0 +1,64 @@
+"""`eagle-probe replay`: the EAGLE-3 draft replayed in plain torch on the probe's dumps.
+
+For each dumped position t whose next position is in the same request, the draft's first step gets the aux states
+of t and the embedding of the token at t + 1 (SGLang's draft-extend input) and proposes a token; replay compares it
+with the target's greedy token at t + 1 (its lm_head over the dumped final hidden state). Under greedy verification
+that agreement is the position-0 acceptance rate. `--search` (all-layer dumps) finds the wiring, one HF
+hidden_states index per aux slot, under which the draft agrees best: the layers it was most likely trained on.
+
+Modules, one job each: spec (the draft config as SGLang reads it), checkpoints (safetensors reading), draft (the
+torch draft), dumps (dump files -> rows), evaluate (agreement per wiring), run (one replay -> report dict, text).
+Exit status: 0, or 2 for bad input (the message names the file and what is wrong).
+"""
+
+import json
+import sys
+
+HELP = "replay the EAGLE-3 draft on the probe's dumps: position-0 agreement per wiring, --search for the trained layers"
+
+
+def cmd_replay(args) -> int:
+    try:
+        import torch
+        import safetensors  # noqa: F401
+    except ImportError as exc:
+        print(f"eagle-probe replay: needs torch and safetensors in this environment ({exc})", file=sys.stderr)
+        return 2
+    from .run import render_text, replay
+    from .spec import ReplayInputError
+
+    try:
+        torch.set_grad_enabled(False)
+        result = replay(args.draft, args.target, args.dump, do_search=args.search, device_name=args.device,
+                        draft_embedding=args.draft_embedding, wirings=args.wiring or (),
+                        sglang_version=args.sglang_version)
+    except ReplayInputError as exc:
+        print(f"eagle-probe replay: {exc}", file=sys.stderr)
+        return 2
+    except (MemoryError, torch.OutOfMemoryError) as exc:
+        print(f"eagle-probe replay: out of memory ({exc}); use fewer dump files or --device cuda", file=sys.stderr)
+        return 2
+    if args.format == "json":
+        print(json.dumps(result, indent=2, default=str))
+    else:
+        print(render_text(result))
+    return result["exit_status"]
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("replay", help=HELP, description=__doc__.split("\n\n")[1])
+    p.add_argument("--draft", required=True, help="EAGLE-3 draft checkpoint directory (config.json + *.safetensors)")
+    p.add_argument("--target", required=True, help="target checkpoint directory: only model.embed_tokens.weight and "
+                   "lm_head.weight are read (through model.safetensors.index.json)")
+    p.add_argument("--dump", required=True, help="directory of the probe's dump files (EAGLE_PROBE_DUMP_DIR), or one")
+    p.add_argument("--search", action="store_true", help="search the wiring the draft agrees best under (needs "
+                   "EAGLE_PROBE_DUMP_LAYERS=all dumps)")
+    p.add_argument("--wiring", action="append", metavar="SPEC", help="also score this wiring, e.g. hf:0,3,31 or "
+                   "sglang:-1,2,30 (repeatable; needs all-layer dumps)")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--draft-embedding", choices=("target", "own"), default=None,
+                   help="the embedding the draft reads (default: as SGLang does: the target's, or the draft's own "
+                   "when target_hidden_size differs from hidden_size)")
+    p.add_argument("--sglang-version", help="SGLang release whose capture rules decide the ids (default: installed)")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.set_defaults(func=cmd_replay)

@@ -1,0 +1,70 @@
+"""Draft-vs-target agreement over the dumped rows, for one wiring or many.
+
+Computed once: the target's greedy tokens at t + 1 (its lm_head over the dumped final hidden states), the draft's
+embedding lookups and their half of layer 0's q/k/v, the rope tables and the attention layout. Per wiring: one fc
+and the decoder layer(s) and lm_head over every row; several wirings share one pass (their rows stacked) up to a
+row budget.
+"""
+
+import time
+from typing import Dict, List, Sequence, Tuple
+
+import torch
+
+from .draft import TorchDraft, greedy_tokens
+from .dumps import DumpRows
+
+ROW_BUDGET = {"cpu": 4096, "cuda": 16384}  # rows per pass when several wirings are stacked
+
+
+class Evaluator:
+    def __init__(self, draft: TorchDraft, rows: DumpRows, target_head: torch.Tensor, device):
+        self.draft, self.rows, self.device = draft, rows, torch.device(device)
+        started = time.perf_counter()
+        with torch.no_grad():
+            self.labels = greedy_tokens(rows.label_states, target_head, self.device)
+            self.prepared = draft.prepare(rows.next_tokens, rows.positions, rows.segments)
+        self.layers: Dict[int, torch.Tensor] = {i: t.to(self.device) for i, t in rows.layers.items()}
+        self.setup_s = time.perf_counter() - started
+        self.evaluated = 0
+        self.seconds = 0.0
+        self._tiled: Dict[int, object] = {}
+
+    @property
+    def positions(self) -> int:
+        return self.rows.rows
+
+    def _sync(self):
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def score(self, aux: torch.Tensor) -> Tuple[int, int]:
+        """(correct, positions) for aux states given directly, e.g. the served ones."""
+        with torch.no_grad():
+            predicted = self.draft.predict(aux.to(self.device), self.prepared)
+        return int((predicted == self.labels).sum()), self.positions
+
+    def proposals(self, aux: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            return self.draft.predict(aux.to(self.device), self.prepared)
+
+    def evaluate(self, wirings: Sequence[Sequence[int]]) -> List[Tuple[int, int]]:
+        """(correct, positions) per wiring, each slot's states taken from the dump's hidden_states.I."""
+        n = self.positions
+        per_pass = max(1, ROW_BUDGET.get(self.device.type, 4096) // max(n, 1))
+        out: List[Tuple[int, int]] = []
+        self._sync()
+        started = time.perf_counter()
+        with torch.no_grad():
+            for at in range(0, len(wirings), per_pass):
+                group = list(wirings[at:at + per_pass])
+                copies = len(group)
+                if copies not in self._tiled:
+                    self._tiled[copies] = self.draft.tile(self.prepared, copies)
+                aux = torch.cat([torch.cat([self.layers[i] for i in w], dim=-1) for w in group])
+                hits = (self.draft.predict(aux, self._tiled[copies]).view(copies, n) == self.labels).sum(-1)
+                out += [(int(c), n) for c in hits.tolist()]
+        self._sync()
+        self.seconds += time.perf_counter() - started
+        self.evaluated += len(wirings)
+        return out

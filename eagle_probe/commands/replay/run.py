@@ -1,0 +1,249 @@
+"""One replay, start to end: read the target's two tensors, the draft and the dumps, check that they fit together,
+score the served wiring and (with --search) every candidate, and build the report dict."""
+
+import time
+from typing import List, Optional, Sequence, Tuple
+
+import torch
+
+from ...analysis import layers as layer_rules
+from ...analysis.config_rules import LaunchSpec, TargetSpec, fix_for
+from ...analysis.findings import trained_layers_inferred_finding
+from ...analysis.layers import capture_label
+from ...analysis.wiring_search import EXHAUSTIVE_LIMIT, Candidate, SearchResult, choose, count_wirings, search
+from ...versions import installed_sglang_version, parse_version, rules_for
+from .checkpoints import target_head_and_embedding
+from .draft import TorchDraft, load_torch_draft
+from .dumps import DumpRows, read_dumps
+from .evaluate import Evaluator
+from .spec import ReplayInputError
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ReplayInputError("--device cuda: no CUDA device is visible to torch here (use --device cpu)")
+    return torch.device(name)
+
+
+def parse_wiring(spec: str, slots: int) -> Tuple[int, ...]:
+    try:
+        wiring = layer_rules.parse_trained_layers(spec)
+    except ValueError as exc:
+        raise ReplayInputError(f"--wiring {spec!r}: {exc}") from None
+    if len(wiring) != slots:
+        raise ReplayInputError(f"--wiring {spec!r}: {len(wiring)} layers, but the draft's fc takes {slots} aux states")
+    return wiring
+
+
+def check_fit(draft: TorchDraft, rows: DumpRows, target_head: torch.Tensor, draft_dir: str, target_dir: str):
+    """The dumps, the draft and the target must agree on widths and vocabularies (SGLang would fail or feed garbage)."""
+    s, first = draft.spec, rows.files[0]
+    k = len(rows.served)
+    if rows.hidden_size != s.target_hidden_size or k != s.num_aux:
+        raise ReplayInputError(
+            f"dump {first} holds {k} aux slots of width {rows.hidden_size} ({k * rows.hidden_size}), but the draft's "
+            f"fc ({draft_dir}: fc.weight [{s.hidden_size}, {s.fc_in}]) takes {s.num_aux} x {s.target_hidden_size} = "
+            f"{s.fc_in}: the draft does not belong to this server's target or capture configuration (SGLang reports "
+            f"fc_width_mismatch)")
+    if target_head.shape[-1] != rows.hidden_size:
+        raise ReplayInputError(f"target {target_dir}: lm_head.weight is {list(target_head.shape)}, but the dumps' "
+                               f"final_hidden_state is {rows.hidden_size} wide ({first}): another target")
+    vocab = int(target_head.shape[0])
+    if int(rows.next_tokens.max()) >= draft.w.embedding.shape[0]:
+        raise ReplayInputError(f"dump {first}: token id {int(rows.next_tokens.max())} is outside the draft's "
+                               f"embedding ({draft.w.embedding.shape[0]} rows, the {draft.w.embedding_source}'s)")
+    if draft.w.d2t is not None:
+        top = int((torch.arange(draft.w.d2t.shape[0], device=draft.w.d2t.device) + draft.w.d2t).max())
+        if top >= vocab:
+            raise ReplayInputError(f"draft checkpoint {draft_dir}: d2t maps to token id {top}, outside the target's "
+                                   f"vocabulary of {vocab}")
+    elif draft.w.lm_head.shape[0] > vocab:
+        raise ReplayInputError(f"draft {draft_dir}: its lm_head has {draft.w.lm_head.shape[0]} rows, more than the "
+                               f"target's vocabulary of {vocab}, and no d2t maps them")
+
+
+def flops_per_wiring(s, positions: int, vocab_rows: int) -> int:
+    """Matrix FLOPs of one wiring's pass: fc, the decoder layer(s) (layer 0's embedding half of q/k/v is cached) and
+    the lm_head; attention scores are left out (small next to the projections for prompt-length requests)."""
+    q, kv = s.num_heads * s.head_dim, s.num_kv_heads * s.head_dim
+    layer = s.hidden_size * (q + 2 * kv) + q * s.hidden_size + 3 * s.hidden_size * s.intermediate_size
+    return 2 * positions * (s.fc_in * s.hidden_size + s.num_layers * layer + s.hidden_size * vocab_rows)
+
+
+def _candidate(c: Candidate, n: int, reach=None) -> dict:
+    lo, hi = c.interval
+    out = {"hf_indices": list(c.hf_indices), "labels": [capture_label(i, n) for i in c.hf_indices],
+           "accuracy": round(c.accuracy, 6), "correct": c.correct, "positions": c.positions,
+           "ci95": [round(lo, 6), round(hi, 6)]}
+    if reach is not None:
+        ids, why = reach
+        out.update(ids=None if ids is None else list(ids), reachable=ids is not None, unreachable=why or None)
+    return out
+
+
+def replay(draft_dir: str, target_dir: str, dump: str, do_search: bool = False, device_name: str = "cpu",
+           draft_embedding: Optional[str] = None, wirings: Sequence[str] = (),
+           sglang_version: Optional[str] = None, exhaustive_limit: int = EXHAUSTIVE_LIMIT) -> dict:
+    """Everything replay prints, as one dict. Raises ReplayInputError on bad input."""
+    started = time.perf_counter()
+    notes: List[str] = []
+    device = resolve_device(device_name)
+    version_text = sglang_version or installed_sglang_version()
+    version = parse_version(version_text) if version_text else None
+    if sglang_version and version is None:
+        raise ReplayInputError(f"--sglang-version {sglang_version!r}: not a release number such as 0.5.23")
+    if version_text is None:
+        notes.append("SGLang is not installed here and --sglang-version was not given: the newest rules decide the ids")
+    rules = rules_for(version)
+    embed, head, target_config, tnotes = target_head_and_embedding(target_dir)
+    notes += tnotes
+    draft = load_torch_draft(draft_dir, embed, head, draft_embedding, device)
+    notes += list(draft.spec.notes) + draft.w.notes
+    rows = read_dumps(dump, want_layers=do_search or bool(wirings))
+    check_fit(draft, rows, head, draft_dir, target_dir)
+    k, n_layers = draft.spec.num_aux, rows.num_layers
+    extra = [parse_wiring(w, k) for w in wirings]
+    if (do_search or extra) and not rows.layer_indices:
+        raise ReplayInputError(
+            f"--dump {dump}: the dumps hold the served aux states only (no hidden_states.I tensors); "
+            f"{'--search' if do_search else '--wiring'} needs all-layer dumps: EAGLE_PROBE_DUMP_LAYERS=all "
+            f"(SGLang 0.5.14+)")
+    for wiring in extra:
+        absent = [i for i in wiring if i not in rows.layers]
+        if absent:
+            raise ReplayInputError(f"--wiring {list(wiring)}: the dumps hold no hidden_states.{absent[0]} "
+                                   f"(they hold {rows.layer_indices[0]}..{rows.layer_indices[-1]})")
+    if rows.cached_prefix_requests:
+        notes.append(f"{rows.cached_prefix_requests} dumped request(s) started after cached tokens (chunked prefill "
+                     f"or prefix cache): the draft's attention there sees the dumped tokens only")
+    if rows.duplicates:
+        notes.append(f"{len(rows.duplicates)} dump file(s) repeat a forward another rank wrote; read once")
+
+    evaluator = Evaluator(draft, rows, head, device)
+    del embed
+    served = Candidate(rows.served, *evaluator.score(rows.aux))
+    searched = None
+    if do_search:
+        result = search(rows.layer_indices, k, rows.served, evaluator.evaluate, exhaustive_limit=exhaustive_limit)
+        searched = result
+    else:
+        known = {}
+        for wiring in extra:
+            known[wiring] = Candidate(wiring, *evaluator.evaluate([wiring])[0])
+        known.setdefault(rows.served, served)
+        result = SearchResult("given", known, len(known), 0, rows.served)
+    choice = choose(result, n_layers, rules, served=rows.served)
+    fix = fix_for(TargetSpec(str(rows.meta.get("model_class") or "target"), n_layers, rows.hidden_size), rules,
+                  LaunchSpec(), choice.best.hf_indices)
+    served_in_layers = result.candidates.get(rows.served)
+    near_tie = any(c.hf_indices == rows.served for c in choice.near_ties)
+    finding = trained_layers_inferred_finding(
+        rows.served, served.accuracy, served.positions, choice.best.hf_indices, choice.best.accuracy,
+        choice.best.positions, n_layers, choice.ids, choice.unreachable, version_text, near_tie, result.method)
+    if served_in_layers is not None and served_in_layers.correct != served.correct:
+        notes.append(f"the served wiring scores {served.correct} from aux_hidden_states but {served_in_layers.correct} "
+                     f"from the hidden_states.I of the same layers: the aux states are not the layers' residual "
+                     f"stream as dumped")
+    s = draft.spec
+    vocab_rows = int(draft.w.lm_head.shape[0])
+    per_wiring = evaluator.seconds / evaluator.evaluated if evaluator.evaluated else None
+    ranked = result.ranked(prefer=rows.served)
+    report = {
+        "sglang_version": version_text, "rules": rules.describe(),
+        "device": str(device),
+        "draft": {"directory": draft_dir, "hidden_size": s.hidden_size, "target_hidden_size": s.target_hidden_size,
+                  "num_aux": s.num_aux, "fc_in": s.fc_in, "layers": s.num_layers, "norm_before_fc": s.norm_before_fc,
+                  "fc_norm": s.fc_norm, "rope": {"type": s.rope.kind, "theta": s.rope.theta,
+                                                 "rotary_dim": s.rope.rotary_dim, **dict(s.rope.params)},
+                  "embedding": draft.w.embedding_source, "lm_head": draft.w.lm_head_source,
+                  "vocab_rows": vocab_rows, "d2t": draft.w.d2t is not None,
+                  "eagle_aux_hidden_state_layer_ids": None if s.layer_ids is None else list(s.layer_ids)},
+        "target": {"directory": target_dir, "vocab": int(head.shape[0]), "hidden_size": int(head.shape[1]),
+                   "model_type": target_config.get("model_type")},
+        "dumps": {"path": dump, "files": len(rows.files), "duplicates": len(rows.duplicates),
+                  "requests": rows.requests, "rows": rows.dumped_rows, "positions": rows.rows,
+                  "num_layers": n_layers, "layer_indices": rows.layer_indices,
+                  "sglang_versions": rows.versions, "cached_prefix_requests": rows.cached_prefix_requests},
+        "served": _candidate(served, n_layers),
+        "search": None if searched is None else {
+            "method": searched.method, "slots": k, "indices": len(rows.layer_indices),
+            "wirings": count_wirings(len(rows.layer_indices), k), "exhaustive_limit": exhaustive_limit,
+            "evaluated": len(searched.candidates), "rounds": searched.rounds, "start": list(searched.start)},
+        "best": {**_candidate(choice.best, n_layers, choice.reachability.get(choice.best.hf_indices)),
+                 "fix_notes": fix["notes"]},
+        "top": _candidate(choice.top, n_layers),
+        "near_ties": [_candidate(c, n_layers, choice.reachability[c.hf_indices]) for c in choice.near_ties],
+        "candidates": [_candidate(c, n_layers) for c in ranked],
+        "finding": {"code": finding.code, "severity": finding.severity, "message": finding.message,
+                    "evidence": finding.evidence_dict()},
+        "cost": {"setup_s": round(evaluator.setup_s, 4), "evaluations": evaluator.evaluated,
+                 "evaluate_s": round(evaluator.seconds, 4),
+                 "seconds_per_wiring": None if per_wiring is None else round(per_wiring, 6),
+                 "flops_per_wiring": flops_per_wiring(s, rows.rows, vocab_rows),
+                 "total_s": round(time.perf_counter() - started, 3)},
+        "notes": notes,
+        "exit_status": 0,
+    }
+    return report
+
+
+def _wiring(c: dict) -> str:
+    return "HF " + ", ".join(str(i) for i in c["hf_indices"])
+
+
+def _score(c: dict) -> str:
+    lo, hi = c["ci95"]
+    return f"{c['accuracy']:.3f} ({c['correct']}/{c['positions']}, 95% CI {lo:.3f}-{hi:.3f})"
+
+
+def render_text(r: dict, top: int = 10) -> str:
+    d, t, u = r["draft"], r["target"], r["dumps"]
+    out = [f"eagle-probe replay on {r['device']}: SGLang {r['sglang_version'] or '(newest rules)'}: {r['rules']}",
+           f"draft   {d['directory']}: hidden {d['hidden_size']}, fc {d['num_aux']} x {d['target_hidden_size']} -> "
+           f"{d['hidden_size']}, norm_before_fc {'on' if d['norm_before_fc'] else 'off'}, fc_norm "
+           f"{'on' if d['fc_norm'] else 'off'}, {d['layers']} layer(s), rope {d['rope']['type']}, embedding "
+           f"{d['embedding']}'s, lm_head {d['lm_head']}'s ({d['vocab_rows']} rows{', d2t' if d['d2t'] else ''})",
+           f"target  {t['directory']}: vocabulary {t['vocab']}, hidden {t['hidden_size']}",
+           f"dumps   {u['path']}: {u['files']} file(s), {u['requests']} request(s), {u['rows']} rows, {u['positions']} "
+           f"positions with the next token in the same request; "
+           + (f"layers {u['layer_indices'][0]}..{u['layer_indices'][-1]} of {u['num_layers']}" if u["layer_indices"]
+              else "aux states only"),
+           f"served  {_wiring(r['served'])} ({'; '.join(r['served']['labels'])}): {_score(r['served'])}"]
+    sr = r["search"]
+    cost = r["cost"]
+    if sr:
+        per = cost["seconds_per_wiring"]
+        out.append(f"search  {sr['method']}: {sr['indices']} indices ^ {sr['slots']} slots = {sr['wirings']} wirings"
+                   + (f", {sr['rounds']} round(s) from {sr['start']}" if sr["method"] == "coordinate" else "")
+                   + f"; {sr['evaluated']} evaluated in {cost['evaluate_s']:.2f} s"
+                   + (f" ({per * 1000:.2f} ms per wiring)" if per else ""))
+    shown = r["candidates"][:top]
+    if len(r["candidates"]) > 1:
+        out.append(f"  {'rank':>4}  {'wiring':<22} accuracy  95% CI         positions")
+        for i, c in enumerate(shown, 1):
+            lo, hi = c["ci95"]
+            out.append(f"  {i:>4}  {', '.join(map(str, c['hf_indices'])):<22} {c['accuracy']:.4f}    "
+                       f"{lo:.3f}-{hi:.3f}    {c['positions']}")
+        if len(r["candidates"]) > top:
+            out.append(f"  ... {len(r['candidates']) - top} more (--format json lists all)")
+    ties = r["near_ties"]
+    if len(ties) > 1:
+        out.append(f"near-ties of the best ({len(ties)}, intervals overlapping the top one's): " + "; ".join(
+            f"{', '.join(map(str, c['hf_indices']))} {c['accuracy']:.3f}"
+            + ("" if c["reachable"] else " (unreachable)") for c in ties[:top]))
+    b = r["best"]
+    out.append(f"best    {_wiring(b)} ({'; '.join(b['labels'])}): {_score(b)}")
+    if b["ids"] is not None:
+        out.append(f"to capture it: eagle_aux_hidden_state_layer_ids = {b['ids']}")
+    else:
+        out.append(f"to capture it: impossible on this release: {b['unreachable']}")
+    for note in b["fix_notes"]:
+        out.append(f"  but: {note}")
+    if r["top"]["hf_indices"] != b["hf_indices"]:
+        out.append(f"  (the top candidate {_wiring(r['top'])} scores {r['top']['accuracy']:.3f} but cannot be "
+                   f"captured on this release; {_wiring(b)} is the best near-tie that can)")
+    for note in r["notes"]:
+        out.append(f"note: {note}")
+    f = r["finding"]
+    out.append(f"{f['severity'].upper()} {f['code']}: {f['message']}")
+    return "\n".join(out)

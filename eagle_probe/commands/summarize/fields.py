@@ -1,0 +1,125 @@
+"""The fields report.py reads from each event kind, and the types it computes with.
+
+A probe line whose known field has another type is skipped and counted (logread), so the report never
+sums a string, hashes a list or formats an object as a number. Unknown fields are not checked: a newer
+probe may add some. A field that report.py (or html_report.py) starts to read must be listed here.
+"""
+
+import json
+import math
+import re
+from typing import Optional
+
+from ... import events as names
+
+MAX_POSITIONS = 256  # draft positions or accepted lengths per window; real chains have a handful
+
+_HIST_KEY = re.compile(r"[0-9]{1,9}")  # accepted lengths; int() must read them all
+
+
+def _str(v) -> bool:
+    return isinstance(v, str)
+
+
+def _bool(v) -> bool:
+    return isinstance(v, bool)
+
+
+def _int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _number(v) -> bool:
+    return (_int(v) or isinstance(v, float)) and math.isfinite(v)
+
+
+ABSENT = object()  # what a check receives for a field the event does not have
+
+
+def _optional(check):
+    """null or absent (the report reads both as None)."""
+    return lambda v: v is None or v is ABSENT or check(v)
+
+
+def _absent_or(check):
+    """absent but not null: the report reads the field with a default (event.get(key, default))."""
+    return lambda v: v is ABSENT or check(v)
+
+
+def _list_of(check):
+    return lambda v: isinstance(v, list) and all(check(i) for i in v)
+
+
+def _rates(v) -> bool:
+    return isinstance(v, list) and len(v) <= MAX_POSITIONS and all(r is None or _number(r) for r in v)
+
+
+def _histogram(v) -> bool:
+    return (isinstance(v, dict) and len(v) <= MAX_POSITIONS
+            and all(_HIST_KEY.fullmatch(k) and _number(n) for k, n in v.items()))
+
+
+def _slot(v) -> bool:
+    return (isinstance(v, dict) and all(_int(v.get(k)) for k in ("slot", "capture_index", "hf_index"))
+            and _str(v.get("label")))
+
+
+def _mix_row(v) -> bool:
+    """A row of the summary's forward counts: the report adds up count per path."""
+    return (isinstance(v, dict) and _str(v.get("path")) and _optional(_str)(v.get("role"))
+            and _optional(_str)(v.get("mode")) and _optional(_bool)(v.get("tbo"))
+            and _optional(_number)(v.get("count")))
+
+
+STR = (_str, "a string")
+STR_OR_ABSENT = (_absent_or(_str), "a string (or absent)")
+OPT_STR = (_optional(_str), "a string or null")
+OPT_INT = (_optional(_int), "an integer or null")
+OPT_BOOL = (_optional(_bool), "true, false or null")
+OPT_NUMBER = (_optional(_number), "a finite number or null")
+OPT_INTS = (_optional(_list_of(_int)), "a list of integers or null")
+OPT_STRS = (_optional(_list_of(_str)), "a list of strings or null")
+OPT_RATES = (_optional(_rates), f"a list of at most {MAX_POSITIONS} finite numbers or nulls, or null")
+OPT_HISTOGRAM = (_optional(_histogram), f"an object of at most {MAX_POSITIONS} accepted lengths ('0', '1', ...) "
+                 f"to counts, or null")
+OPT_SLOTS = (_optional(_list_of(_slot)), "a list of objects with integer slot, capture_index, hf_index and "
+             "string label, or null")
+MIX = (_absent_or(_list_of(_mix_row)), "a list of objects with string path, string role and mode, boolean tbo "
+       "and number count (or absent)")
+
+COMMON = {"pid": OPT_INT, "tp_rank": OPT_INT, "pp_rank": OPT_INT, "dp_rank": OPT_INT, "timestamp": OPT_STR}
+
+BY_EVENT = {
+    names.STARTED: {"sglang_version": OPT_STR, "rules": OPT_STR},
+    names.CAPTURE_CONFIGURED: {
+        "role": OPT_STR, "caller": OPT_STR, "during_graph_setup": OPT_BOOL, "requested_ids": OPT_INTS,
+        "layers_to_capture": OPT_INTS, "mapping": OPT_STR, "version_rule": OPT_STR, "slots": OPT_SLOTS},
+    names.TARGET_FORWARD: {
+        "model_class": OPT_STR, "role": OPT_STR, "mode": OPT_STR, "path": STR, "can_run_tbo": OPT_BOOL,
+        "layers_to_capture": OPT_INTS, "slot_labels": OPT_STRS, "tbo_layers": OPT_INTS, "lost": OPT_INTS,
+        "tokens": OPT_INT, "aux_returned": OPT_INT, "aux_expected": OPT_INT, "aux_format": OPT_STR,
+        "aux_shape": OPT_INTS, "slot_widths": OPT_INTS, "dtype": OPT_STR, "error": OPT_STR},
+    names.SUMMARY: {"forwards": MIX, "captures_lost": OPT_INT, "internal_errors": OPT_INT},
+    names.FINDING: {"code": STR_OR_ABSENT, "severity": OPT_STR, "role": OPT_STR, "message": OPT_STR},
+    names.INTERNAL_ERROR: {"where": OPT_STR, "error": OPT_STR},
+    names.ACCEPTANCE: {
+        "steps": OPT_NUMBER, "drafts": OPT_NUMBER, "draft_tokens": OPT_NUMBER, "drafted_tokens": OPT_NUMBER,
+        "accepted_tokens": OPT_NUMBER, "mean_accept_length": OPT_NUMBER, "expected_mean_accept_length": OPT_NUMBER,
+        "per_position_rate": OPT_RATES, "accept_length_histogram": OPT_HISTOGRAM, "read_at": OPT_STR},
+}
+
+
+def field_problem(event: dict) -> Optional[str]:
+    """Why the report cannot use this event (a known field of the wrong type), or None."""
+    for spec in (COMMON, BY_EVENT.get(event.get("event"), {})):
+        for key, (check, accepted) in spec.items():
+            value = event.get(key, ABSENT)
+            if not check(value):
+                got = "it is missing" if value is ABSENT else f"got {_shown(value)}"
+                return f"field '{key}' must be {accepted}; {got}"
+    return None
+
+
+def _shown(value) -> str:
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 60 else text[:57] + "..."

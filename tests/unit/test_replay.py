@@ -1,0 +1,299 @@
+"""`eagle-probe replay` without SGLang: the search rules (Wilson intervals, exhaustive and coordinate search,
+near-ties, the reachable choice), the finding, how dump rows become positions, and bad input (a message naming
+the file and what is wrong, exit status 2, never a traceback). The draft itself is proven against SGLang's real
+class in tests/real_sglang/test_replay_draft.py, and the search on real dumps in test_replay_search.py."""
+
+import json
+import os
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from eagle_probe.analysis import findings as F
+from eagle_probe.analysis.wiring_search import (Candidate, SearchResult, all_wirings, choose, search,
+                                                wilson_interval)
+from eagle_probe.commands.cli import main
+from eagle_probe.versions import parse_version, rules_for
+from sglang_cpu.draft_models import eagle3_draft_config, spec_target_config, write_eagle3_draft_checkpoint
+
+H, VOCAB, LAYERS = 64, 256, 6
+RULES_0523 = rules_for(parse_version("0.5.23"))
+
+
+# -- the rules ------------------------------------------------------------------------------------------------------
+
+def test_wilson_interval_known_values():
+    lo, hi = wilson_interval(0, 10)
+    assert lo == 0.0 and hi == pytest.approx(0.2775, abs=1e-4)
+    lo, hi = wilson_interval(10, 10)
+    assert lo == pytest.approx(0.7225, abs=1e-4) and hi == pytest.approx(1.0)
+    lo, hi = wilson_interval(50, 100)
+    assert lo == pytest.approx(0.4038, abs=1e-4) and hi == pytest.approx(0.5962, abs=1e-4)
+    assert wilson_interval(0, 0) == (0.0, 1.0)
+
+
+def _planted(planted, n=1000):
+    """Synthetic agreement: each slot that matches the planted index adds 300 of 1000 positions."""
+    calls = []
+
+    def evaluate(wirings):
+        calls.append(len(wirings))
+        return [(100 + 300 * sum(a == b for a, b in zip(w, planted)), n) for w in wirings]
+
+    return evaluate, calls
+
+
+def test_exhaustive_up_to_512_wirings():
+    evaluate, _ = _planted((4, 0, 7))
+    result = search(range(8), 3, (1, 2, 3), evaluate)  # 8^3 = 512
+    assert result.method == "exhaustive" and len(result.candidates) == 512 == result.total_wirings
+    assert result.ranked()[0].hf_indices == (4, 0, 7)
+
+
+def test_coordinate_search_over_512_wirings_from_the_served_one():
+    evaluate, calls = _planted((9, 0, 41))
+    result = search(range(62), 3, (2, 30, 58), evaluate)  # a 61-layer target's 62 indices: 238328 wirings
+    assert result.method == "coordinate" and result.total_wirings == 62 ** 3
+    assert result.ranked()[0].hf_indices == (9, 0, 41)
+    assert result.rounds == 2  # one round improves every slot, the next confirms
+    assert len(result.candidates) <= 2 * 3 * 62 and result.start == (2, 30, 58)
+    assert all(c <= 62 for c in calls)  # one slot's 62 options per call at most
+
+
+def test_coordinate_search_keeps_the_current_wiring_on_ties():
+    result = search(range(20), 3, (1, 2, 3), lambda ws: [(10, 100)] * len(ws), exhaustive_limit=10)
+    assert result.rounds == 1 and result.ranked(prefer=(1, 2, 3))[0].hf_indices == (1, 2, 3)
+
+
+def test_choice_prefers_a_reachable_near_tie():
+    # 0.5.23 cannot put index 1 first (id 1 triggers its +1 rule); (0, 3, 31) is a near-tie it can reach
+    cands = {(1, 3, 31): Candidate((1, 3, 31), 455, 1000), (0, 3, 31): Candidate((0, 3, 31), 450, 1000),
+             (2, 30, 58): Candidate((2, 30, 58), 100, 1000)}
+    choice = choose(SearchResult("exhaustive", cands, 3, 1, (2, 30, 58)), 61, RULES_0523, served=(2, 30, 58))
+    assert choice.top.hf_indices == (1, 3, 31) and choice.best.hf_indices == (0, 3, 31)
+    assert choice.ids == (0, 3, 31) and [c.hf_indices for c in choice.near_ties] == [(1, 3, 31), (0, 3, 31)]
+    assert choice.reachability[(1, 3, 31)][0] is None and "first index is 1" in choice.reachability[(1, 3, 31)][1]
+    # alone, the unreachable top stays the best, with the reason
+    del cands[(0, 3, 31)]
+    choice = choose(SearchResult("exhaustive", cands, 2, 1, (2, 30, 58)), 61, RULES_0523, served=(2, 30, 58))
+    assert choice.best.hf_indices == (1, 3, 31) and choice.ids is None and "first index is 1" in choice.unreachable
+
+
+def test_all_wirings_and_the_finding():
+    assert len(all_wirings([0, 1, 2], 2)) == 9 and all_wirings([5], 3) == [(5, 5, 5)]
+    assert F.CODES[F.TRAINED_LAYERS_INFERRED][0] == F.WARNING
+    warn = F.trained_layers_inferred_finding((2, 30, 58), 0.1, 500, (0, 3, 31), 0.45, 500, 61, (0, 3, 31), None,
+                                             "0.5.23", False, "coordinate")
+    assert warn.severity == "warning" and "[0, 3, 31]" in warn.message and "embedding output" in warn.message
+    same = F.trained_layers_inferred_finding((0, 3, 31), 0.45, 500, (0, 3, 31), 0.45, 500, 61, (0, 3, 31), None,
+                                             "0.5.23", True, "exhaustive")
+    assert same.severity == "info" and same.evidence_dict()["served_hf"] == [0, 3, 31]
+
+
+# -- synthetic inputs ------------------------------------------------------------------------------------------------
+
+def write_target(path, hidden=H):
+    os.makedirs(path, exist_ok=True)
+    g = torch.Generator().manual_seed(0)
+    save_file({"model.embed_tokens.weight": torch.randn(VOCAB, hidden, generator=g),
+               "lm_head.weight": torch.randn(VOCAB, hidden, generator=g),
+               "model.layers.0.mlp.down_proj.weight": torch.zeros(2, 2)}, os.path.join(path, "model.safetensors"))
+    with open(os.path.join(path, "config.json"), "w") as handle:
+        json.dump({"model_type": "deepseek_v3", "hidden_size": hidden, "vocab_size": VOCAB}, handle)
+    return str(path)
+
+
+def write_draft(path, **overrides):
+    config = eagle3_draft_config(spec_target_config(), draft_vocab_size=VOCAB, **overrides)
+    return write_eagle3_draft_checkpoint(str(path), config, seed=0)
+
+
+def write_dump(directory, lens=(5, 4), prefixes=None, layers=True, hidden=H, slots=(2, 4, 5), drop=(), name="d1",
+               meta_extra=None):
+    os.makedirs(directory, exist_ok=True)
+    rows = sum(lens)
+    g = torch.Generator().manual_seed(len(name))
+    states = {i: torch.randn(rows, hidden, generator=g) for i in range(LAYERS)}
+    tensors = {"aux_hidden_states": torch.cat([states[i] for i in slots], dim=-1),
+               "final_hidden_state": torch.randn(rows, hidden, generator=g),
+               "input_ids": torch.randint(0, VOCAB, (rows,), generator=g),
+               "positions": torch.cat([torch.arange(n) for n in lens]),
+               "extend_seq_lens": torch.tensor(lens), "extend_prefix_lens": torch.tensor(prefixes or [0] * len(lens))}
+    if layers:
+        tensors.update({f"hidden_states.{i}": t for i, t in states.items()})
+    for key in drop:
+        tensors.pop(key)
+    meta = {"format_version": 1, "hf_indices": list(slots), "capture_indices": list(slots), "num_layers": LAYERS,
+            "hidden_size": hidden, "sglang_version": "0.5.23", "model_class": "DeepseekV3ForCausalLM", "step": 1,
+            "tp_rank": 0, "dp_rank": 0, "pp_rank": 0, **(meta_extra or {})}
+    path = os.path.join(directory, f"eagle-probe-dump-host-tp0-1-{name}.safetensors")
+    save_file(tensors, path, metadata={"eagle_probe.format": "1", "eagle_probe.meta": json.dumps(meta)})
+    return path
+
+
+@pytest.fixture
+def inputs(tmp_path):
+    return (write_draft(tmp_path / "draft"), write_target(tmp_path / "target"), str(tmp_path / "dumps"),
+            write_dump(tmp_path / "dumps"))
+
+
+def replay(capsys, *args):
+    code = main(["replay", *args])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_rows_and_requests_from_a_dump(tmp_path):
+    from eagle_probe.commands.replay.dumps import read_dumps
+
+    write_dump(tmp_path / "d", lens=(5, 1, 4), prefixes=[0, 0, 3])
+    write_dump(tmp_path / "d", lens=(5, 1, 4), prefixes=[0, 0, 3], name="d2",
+               meta_extra={"tp_rank": 1})  # another rank's copy of the same forward
+    rows = read_dumps(str(tmp_path / "d"), want_layers=False)
+    assert rows.segments == [(0, 4), (4, 3)] and rows.rows == 7 and rows.requests == 3
+    assert rows.cached_prefix_requests == 1 and len(rows.duplicates) == 1
+    assert rows.layers == {} and rows.layer_indices == list(range(LAYERS))
+
+
+def test_duplicate_ranks_are_read_once(tmp_path):
+    from eagle_probe.commands.replay.dumps import read_dumps
+
+    first = write_dump(tmp_path / "d", name="aa")
+    with open(first, "rb") as handle:
+        data = handle.read()
+    with open(os.path.join(tmp_path / "d", "eagle-probe-dump-host-tp1-2-aa.safetensors"), "wb") as handle:
+        handle.write(data)
+    rows = read_dumps(str(tmp_path / "d"), want_layers=True)
+    assert len(rows.files) == 1 and len(rows.duplicates) == 1 and rows.rows == 7
+
+
+def test_a_run_on_synthetic_inputs_has_the_documented_keys(inputs, capsys):
+    draft, target, dumps, _ = inputs
+    code, out, err = replay(capsys, "--draft", draft, "--target", target, "--dump", dumps, "--search",
+                            "--format", "json")
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["search"]["method"] == "exhaustive" and len(report["candidates"]) == 216
+    assert report["served"]["positions"] == 7 and report["best"]["positions"] == 7
+    assert {"ids", "ci95", "accuracy", "hf_indices"} <= set(report["best"])
+    assert report["cost"]["flops_per_wiring"] > 0 and report["cost"]["seconds_per_wiring"] > 0
+
+
+# -- bad input -------------------------------------------------------------------------------------------------------
+
+def _bad(capsys, args, *needles):
+    code, out, err = replay(capsys, *args)
+    assert code == 2, (out, err)
+    assert "Traceback" not in err and err.startswith("eagle-probe replay: "), err
+    for needle in needles:
+        assert needle in err, err
+    return err
+
+
+def test_missing_and_corrupt_checkpoints(inputs, tmp_path, capsys):
+    draft, target, dumps, _ = inputs
+    _bad(capsys, ["--draft", str(tmp_path / "nope"), "--target", target, "--dump", dumps], "nope",
+         "no such directory")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "config.json").write_text(open(os.path.join(draft, "config.json")).read())
+    _bad(capsys, ["--draft", str(empty), "--target", target, "--dump", dumps], str(empty), "no *.safetensors")
+    (empty / "model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not a header}")
+    _bad(capsys, ["--draft", str(empty), "--target", target, "--dump", dumps], "model.safetensors",
+         "not a readable safetensors file")
+    broken = tmp_path / "broken-target"
+    broken.mkdir()
+    (broken / "model.safetensors").write_bytes(b"garbage")
+    _bad(capsys, ["--draft", draft, "--target", str(broken), "--dump", dumps], str(broken / "model.safetensors"))
+    (empty / "config.json").write_text("{not json")
+    _bad(capsys, ["--draft", str(empty), "--target", target, "--dump", dumps], "config.json", "not valid JSON")
+
+
+def test_truncated_safetensors_named(inputs, tmp_path, capsys):
+    draft, target, dumps, dump_file = inputs
+    data = open(dump_file, "rb").read()
+    with open(dump_file, "wb") as handle:
+        handle.write(data[: len(data) // 2])
+    _bad(capsys, ["--draft", draft, "--target", target, "--dump", dumps], dump_file)
+
+
+def test_missing_tensors_named(inputs, tmp_path, capsys):
+    draft, target, dumps, _ = inputs
+    from safetensors.torch import load_file
+
+    tensors = load_file(os.path.join(draft, "model.safetensors"))
+    del tensors["fc.weight"]
+    save_file(tensors, os.path.join(draft, "model.safetensors"))
+    _bad(capsys, ["--draft", draft, "--target", target, "--dump", dumps], draft, "missing tensor fc.weight")
+    draft2 = write_draft(tmp_path / "draft2")
+    tensors = load_file(os.path.join(draft2, "model.safetensors"))
+    del tensors["midlayer.mlp.down_proj.weight"]
+    save_file(tensors, os.path.join(draft2, "model.safetensors"))
+    _bad(capsys, ["--draft", draft2, "--target", target, "--dump", dumps], "layers.0.mlp.down_proj.weight")
+    no_embed = tmp_path / "target2"
+    no_embed.mkdir()
+    save_file({"lm_head.weight": torch.zeros(VOCAB, H)}, str(no_embed / "model.safetensors"))
+    _bad(capsys, ["--draft", draft2, "--target", str(no_embed), "--dump", dumps], "model.embed_tokens.weight")
+    nodump = tmp_path / "nodump"
+    write_dump(nodump, drop=("final_hidden_state",))
+    draft3 = write_draft(tmp_path / "draft3")
+    _bad(capsys, ["--draft", draft3, "--target", target, "--dump", str(nodump)], "final_hidden_state", "dump ")
+
+
+def test_target_index_names_a_missing_shard(inputs, tmp_path, capsys):
+    draft, _, dumps, _ = inputs
+    target = tmp_path / "sharded"
+    target.mkdir()
+    (target / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {
+        "model.embed_tokens.weight": "model-00001-of-00002.safetensors",
+        "lm_head.weight": "model-00002-of-00002.safetensors"}}))
+    _bad(capsys, ["--draft", draft, "--target", str(target), "--dump", dumps], "model-00001-of-00002.safetensors",
+         "no such file")
+
+
+def test_dump_directory_without_dumps(inputs, tmp_path, capsys):
+    draft, target, _, _ = inputs
+    (tmp_path / "none").mkdir()
+    _bad(capsys, ["--draft", draft, "--target", target, "--dump", str(tmp_path / "none")], "no dump files")
+    other = tmp_path / "other"
+    other.mkdir()
+    save_file({"x": torch.zeros(2)}, str(other / "x.safetensors"))
+    _bad(capsys, ["--draft", draft, "--target", target, "--dump", str(other)], "x.safetensors",
+         "not an eagle-probe dump")
+    single = tmp_path / "single"
+    write_dump(single, lens=(1, 1))
+    _bad(capsys, ["--draft", draft, "--target", target, "--dump", str(single)], "no request in the dumps has two")
+
+
+def test_mismatched_widths(inputs, tmp_path, capsys):
+    draft, target, dumps, dump_file = inputs
+    four = write_draft(tmp_path / "four", num_aux=4)
+    _bad(capsys, ["--draft", four, "--target", target, "--dump", dumps], dump_file, "fc", "4 x 64 = 256",
+         "3 aux slots of width 64")
+    wide = tmp_path / "wide"
+    write_dump(wide, hidden=32)
+    _bad(capsys, ["--draft", draft, "--target", target, "--dump", str(wide)], "width 32")
+    bad_fc = write_draft(tmp_path / "badfc")
+    from safetensors.torch import load_file
+    tensors = load_file(os.path.join(bad_fc, "model.safetensors"))
+    tensors["fc.weight"] = torch.zeros(H, 2 * H)
+    save_file(tensors, os.path.join(bad_fc, "model.safetensors"))
+    _bad(capsys, ["--draft", bad_fc, "--target", target, "--dump", dumps], "fc.weight has shape [64, 128]")
+
+
+def test_search_needs_all_layer_dumps_and_bad_options(inputs, tmp_path, capsys):
+    draft, target, _, _ = inputs
+    aux_only = tmp_path / "aux"
+    write_dump(aux_only, layers=False)
+    _bad(capsys, ["--draft", draft, "--target", target, "--dump", str(aux_only), "--search"],
+         "EAGLE_PROBE_DUMP_LAYERS=all")
+    dumps = str(tmp_path / "dumps")
+    _bad(capsys, ["--draft", draft, "--target", target, "--dump", dumps, "--wiring", "hf:1,2"], "--wiring",
+         "takes 3 aux states")
+    _bad(capsys, ["--draft", draft, "--target", target, "--dump", dumps, "--wiring", "0,1,2"], "--wiring",
+         "name the convention")
+    _bad(capsys, ["--draft", draft, "--target", target, "--dump", dumps, "--sglang-version", "x.y"],
+         "--sglang-version")
+    if not torch.cuda.is_available():
+        _bad(capsys, ["--draft", draft, "--target", target, "--dump", dumps, "--device", "cuda"], "--device cuda")
