@@ -129,3 +129,16 @@ def test_tp2_gauges_agree_across_ranks(tp2):
         values = [float(line.rsplit(" ", 1)[1]) for line in tp2["metrics"].splitlines()
                   if line.startswith("eagle_probe_aux_rms{") and 'role="target"' in line and f'slot="{slot}"' in line]
         assert len(values) == 2 and max(values) - min(values) <= 1e-2 * max(values), (slot, values)
+
+
+def test_tp2_summarize_compares_the_ranks_and_finds_them_agreeing(tp2, tmp_path):
+    from eagle_probe.commands.summarize.html_report import render_html
+    from eagle_probe.commands.summarize.report import build_report, render_text
+
+    report = build_report(tp2["events"])
+    values = report["values"]
+    assert values["compared"] >= 10 and values["findings"] == []
+    assert {(r["tp_rank"], r["role"]) for r in values["fingerprints"]} >= {(0, "target"), (1, "target"),
+                                                                           (0, "draft"), (1, "draft")}
+    assert "all compared ranks agree within the tolerance" in render_text(report)
+    assert 'id="plot-values-rms"' in render_html(report)

@@ -277,6 +277,22 @@ def test_divergent_rank_and_non_finite_values_fire_their_alerts(stack):
     assert ratios["1"] == pytest.approx(1.5, rel=1e-3) and ratios["0"] == pytest.approx(1.0, abs=1e-3)
 
 
+def test_summarize_names_the_divergent_rank_and_slot(stack):
+    """`eagle-probe summarize` on the TP=2 server's logs: tp_rank_divergence for slot 1 (rank 1 scaled it by 1.5),
+    from the ranks' fingerprints of the same steps; the other slots agree."""
+    if stack["server_kind"] != "spec":
+        pytest.skip("EAGLE_PROBE_PROM_SERVER=aux: no TP=2 server")
+    out = subprocess.run([sys.executable, "-m", "eagle_probe", "summarize", "--format", "json",
+                          os.path.join(stack["root"], "server-probe-logs")], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    values = json.loads(out.stdout)["values"]
+    found = [f for f in values["findings"] if f["code"] == "tp_rank_divergence"]
+    named = {(f["evidence"]["role"], f["evidence"]["slot"]): f["evidence"] for f in found}
+    assert ("target", 1) in named and {slot for _, slot in named} == {1}  # the draft's input slot 1 too, if sampled
+    assert named[("target", 1)]["ranks"] == [0, 1] and 0.35 < named[("target", 1)]["rms_spread"] < 0.45
+    assert values["compared"] >= 6
+
+
 # ----------------------------------------------------------------------------- every rank in one place
 
 def samples(text, name):

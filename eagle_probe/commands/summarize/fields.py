@@ -87,6 +87,12 @@ OPT_SLOTS = (_optional(_list_of(_slot)), "a list of objects with integer slot, c
 MIX = (_absent_or(_list_of(_mix_row)), "a list of objects with string path, string role and mode, boolean tbo "
        "and number count (or absent)")
 
+INT = (_int, "an integer")
+NUMBER_OR_NONFINITE = (lambda v: _int(v) or isinstance(v, float), "a number (NaN and Infinity allowed)")
+SIGNATURE = (lambda v: isinstance(v, list) and len(v) <= MAX_POSITIONS and all(_int(x) or isinstance(x, float)
+                                                                               for x in v),
+             f"a list of at most {MAX_POSITIONS} numbers")
+
 COMMON = {"pid": OPT_INT, "tp_rank": OPT_INT, "pp_rank": OPT_INT, "dp_rank": OPT_INT, "timestamp": OPT_STR}
 
 BY_EVENT = {
@@ -106,6 +112,9 @@ BY_EVENT = {
         "steps": OPT_NUMBER, "drafts": OPT_NUMBER, "draft_tokens": OPT_NUMBER, "drafted_tokens": OPT_NUMBER,
         "accepted_tokens": OPT_NUMBER, "mean_accept_length": OPT_NUMBER, "expected_mean_accept_length": OPT_NUMBER,
         "per_position_rate": OPT_RATES, "accept_length_histogram": OPT_HISTOGRAM, "read_at": OPT_STR},
+    names.AUX_FINGERPRINT: {
+        "role": STR, "slot": INT, "step": INT, "tokens": INT, "rms": NUMBER_OR_NONFINITE,
+        "absmax": NUMBER_OR_NONFINITE, "nonfinite": INT, "label": OPT_STR, "signature": SIGNATURE},
 }
 
 

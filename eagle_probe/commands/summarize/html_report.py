@@ -10,6 +10,7 @@ import base64
 import hashlib
 import html
 import json
+import math
 from typing import Dict, List, Optional, Sequence, Tuple
 
 W, H = 560, 300
@@ -139,6 +140,27 @@ def plots(report: dict) -> List[Tuple[str, str, str]]:
     return out
 
 
+def _values_section(values: dict) -> List[str]:
+    """Fingerprints per rank and slot, the ranks compared, and RMS per slot per rank over the samples logged."""
+    rows = values.get("fingerprints") or []
+    if not rows:
+        return []
+    parts = ["<h2>Hidden-state values</h2>", _table(
+        ("tp_rank", "role", "slot", "label", "samples", "rms last", "rms min", "rms max", "absmax", "non-finite"),
+        [(r["tp_rank"], r["role"], r["slot"], r["label"], r["samples"], _num(r["rms_last"], 5),
+          _num(r["rms_min"], 5), _num(r["rms_max"], 5), _num(r["absmax"], 5), r["nonfinite"]) for r in rows],
+        "fingerprints")]
+    notes = [f"ranks compared at {values.get('compared', 0)} (step, slot) pairs"] + list(values.get("not_compared", []))
+    parts.append("<p>" + _e("; ".join(notes)) + "</p>")
+    for f in values.get("findings", []):
+        parts.append(f"<p class=\"finding\">{_e(f['severity'].upper())} {_e(f['code'])}: {_e(f['message'])}</p>")
+    series = {f"tp{r['tp_rank']} {r['role']} slot {r['slot']}":
+              [v if math.isfinite(v) else None for _, v in r["series"]] for r in rows}
+    svg = line_chart("RMS per aux slot and rank (samples logged)", series, "sample", "rms")
+    parts.append("<div>" + _img(svg, "rms per slot per rank", "plot-values-rms") + "</div>")
+    return parts
+
+
 def _table(headers: Sequence[str], rows: Sequence[Sequence], cls: str = "") -> str:
     head = "".join(f"<th>{_e(h)}</th>" for h in headers)
     body = "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>" for row in rows)
@@ -221,6 +243,7 @@ def render_html(report: dict, title: str = "eagle-probe report") -> str:
         parts.append("<div>" + "".join(_img(svg, alt, pid) for pid, alt, svg in plot_list) + "</div>")
     else:
         parts.append("<p>No <code>eagle_probe.acceptance</code> events in these logs.</p>")
+    parts += _values_section(report.get("values") or {})
     for r in report["ranks"]:
         parts.append(f"<h2>tp_rank {_e(r['tp_rank'])}, pp_rank {_e(r['pp_rank'])}, dp_rank {_e(r['dp_rank'])}, "
                      f"pid {_e(r['pid'])}</h2>")

@@ -8,6 +8,7 @@ import json
 from collections import Counter, defaultdict
 
 from ... import events as names
+from .values import render_values_text, values_section
 
 NOTICE_EVENTS = (names.CONFIG_ERROR, names.UNSUPPORTED_VERSION, names.INTEGRATION_SKIPPED)
 
@@ -154,8 +155,9 @@ def build_report(events: list, input_stats=None) -> dict:
             "findings": _group_findings(entry["findings"]), "summary": entry["summary"],
             "errors": entry["errors"], "acceptance": _acceptance(entry["acceptance"]),
         })
-    all_findings = [e for e in events if e.get("event") == names.FINDING]
-    return {"ranks": ranks, "notices": notices, "findings": _group_findings(all_findings),
+    values = values_section(events)
+    all_findings = [e for e in events if e.get("event") == names.FINDING] + values["findings"]
+    return {"ranks": ranks, "notices": notices, "findings": _group_findings(all_findings), "values": values,
             "events": len(events), "input": input_stats}
 
 
@@ -220,6 +222,7 @@ def render_text(report: dict) -> str:
             out.append(f"  FINDING {f['code']} [{f['severity']}] x{f['count']} ({when}): {f['last_message']}")
         for err in rank["errors"]:
             out.append(f"  probe internal error in {err.get('where')}: {err.get('error')}")
+    out += render_values_text(report["values"])
     out += input_lines(report.get("input"))
     return "\n".join(out)
 
