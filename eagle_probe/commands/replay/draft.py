@@ -353,7 +353,6 @@ class TorchDraft:
 
     def _attend(self, q, k, v, prepared: Prepared) -> torch.Tensor:
         s = self.spec
-        n = q.shape[0]
         out = torch.empty_like(q)
         pad = lambda t: torch.cat([t, t.new_zeros((1,) + t.shape[1:])])  # noqa: E731
         qp, kp, vp = pad(q), pad(k), pad(v)
@@ -367,9 +366,7 @@ class TorchDraft:
             causal = torch.ones(length, length, dtype=torch.bool, device=q.device).tril()
             allowed = (causal[None] & mask[:, None, :])[:, None]
             ob = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=allowed).transpose(1, 2)
-            rows = index[mask]
-            out[rows] = ob[mask]
-        del n
+            out[index[mask]] = ob[mask]
         return out
 
     def _layer(self, index: int, hidden: torch.Tensor, residual: Optional[torch.Tensor], prepared: Prepared):
