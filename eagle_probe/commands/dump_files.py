@@ -6,8 +6,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
-SUFFIX = ".safetensors"
-REQUIRED = ("aux_hidden_states", "final_hidden_state", "input_ids", "positions")
+from ..runtime.values.dumps import FORMAT_KEY, FORMAT_VERSION, LAYER_PREFIX, META_KEY, REQUIRED, SUFFIX
 
 
 class DumpError(ValueError):
@@ -30,10 +29,10 @@ class Dump:
 
     def layer(self, index: int):
         """HF hidden_states[index] of this forward, or None when the dump does not hold it."""
-        return self.tensors.get(f"hidden_states.{index}")
+        return self.tensors.get(f"{LAYER_PREFIX}{index}")
 
     def layer_indices(self) -> List[int]:
-        return sorted(int(name.split(".", 1)[1]) for name in self.tensors if name.startswith("hidden_states."))
+        return sorted(int(name[len(LAYER_PREFIX):]) for name in self.tensors if name.startswith(LAYER_PREFIX))
 
     def requests(self) -> List[Tuple[int, int, int]]:
         """(first row, end row, tokens cached before the first row) per request in this forward."""
@@ -67,10 +66,10 @@ def read_dump(path: str) -> Dump:
             tensors = {name: handle.get_tensor(name) for name in handle.keys()}
     except (OSError, SafetensorError, ValueError, RuntimeError) as exc:
         raise DumpError(f"{path}: not a readable safetensors file ({type(exc).__name__}: {exc})") from None
-    if header.get("eagle_probe.format") != "1":
-        raise DumpError(f"{path}: not an eagle-probe dump (no eagle_probe.format=1 in its metadata)")
+    if header.get(FORMAT_KEY) != FORMAT_VERSION:
+        raise DumpError(f"{path}: not an eagle-probe dump (no {FORMAT_KEY}={FORMAT_VERSION} in its metadata)")
     try:
-        meta = json.loads(header.get("eagle_probe.meta", ""))
+        meta = json.loads(header.get(META_KEY, ""))
     except json.JSONDecodeError as exc:
         raise DumpError(f"{path}: its eagle_probe.meta metadata is not JSON ({exc})") from None
     missing = [name for name in REQUIRED if name not in tensors]

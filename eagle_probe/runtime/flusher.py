@@ -25,5 +25,8 @@ class PeriodicFlusher:
             owner = self._owner()
             if owner is None:
                 return
-            owner.on_timer()
+            try:
+                owner.on_timer()
+            except Exception as exc:  # counted; the thread goes on, so later counts still reach the series
+                owner.internal_error("flush", exc)
             del owner

@@ -1,8 +1,15 @@
 """Turning the probe on and off in one process: read the configuration, check the release, create the recorder,
-patch every integration; uninstall restores SGLang exactly and drops every cache the wrappers keep."""
+patch every integration; uninstall restores SGLang exactly and drops every cache the wrappers keep.
+
+Exit: at a normal exit atexit flushes the recorder. SGLang's schedulers are usually stopped by SIGTERM, whose
+default action skips atexit: once a process serves (its first forward or verify step, after SGLang's own start-up
+set its handlers), the main thread gets a SIGTERM handler that flushes and then hands the signal on exactly as
+before (to the Python handler it replaced, or to the default action). SIGKILL cannot be caught.
+"""
 
 import atexit
 import os
+import signal
 import sys
 import threading
 from typing import Optional
@@ -20,6 +27,8 @@ from .values import sampler
 _lock = threading.Lock()
 _atexit_registered = False
 _metrics = None
+_sigterm = None  # (our handler, the one it replaced) while installed
+SIGTERM_FLUSH_TIMEOUT_S = 2.0
 
 
 def off_summary(sglang_version: Optional[str]) -> Optional[str]:
@@ -65,7 +74,7 @@ def install(env=None) -> bool:
                                    lambda ranks, port: MetricsSink(ranks, port, addr=config.metrics_addr))
 
         STATE.recorder = Recorder(config, versions.rules_for(parsed), sglang_version, logs,
-                                  ranks.read_ranks, make_metrics)
+                                  ranks.read_ranks, make_metrics, on_serving=install_sigterm_flush)
         STATE.inner_forward = inner_forward_enabled(config, sys.argv)
         if config.inner_forward == "auto" and env is None:
             # Decided from the launch command; spawned schedulers see other argv, so pass it on.
@@ -90,14 +99,62 @@ def _flush(close: bool = False):
     if STATE.recorder is not None:
         try:
             STATE.recorder.close() if close else STATE.recorder.flush()
-        except Exception:
-            pass
+        except Exception as exc:
+            STATE.report_error("flush.exit", exc)
+
+
+def install_sigterm_flush() -> bool:
+    """Flush the recorder on SIGTERM, then hand the signal on as before. Only in the main thread (False: ask again
+    from there), only over the default action or a Python handler (SIG_IGN and handlers set outside Python stay as
+    they are). True once decided."""
+    global _sigterm
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    if _sigterm is not None:
+        return True
+    previous = signal.getsignal(signal.SIGTERM)
+    if previous is not signal.SIG_DFL and not callable(previous):
+        return True
+
+    def on_sigterm(signum, frame):
+        _flush_before_exit()
+        if callable(previous):
+            previous(signum, frame)
+        else:  # the default action: the process ends by SIGTERM, as it would have
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    _sigterm = (on_sigterm, previous)
+    return True
+
+
+def _flush_before_exit(timeout_s: float = SIGTERM_FLUSH_TIMEOUT_S):
+    """The flush on a helper thread, waited for at most timeout_s: the signal may have interrupted this thread
+    inside the probe (holding a lock the flush needs); the process must stop all the same."""
+    try:
+        worker = threading.Thread(target=_flush, name="eagle-probe-sigterm-flush", daemon=True)
+        worker.start()
+        worker.join(timeout_s)
+    except Exception as exc:
+        STATE.report_error("sigterm.flush", exc)
+
+
+def _remove_sigterm_flush():
+    global _sigterm
+    if _sigterm is None or threading.current_thread() is not threading.main_thread():
+        return
+    ours, previous = _sigterm
+    if signal.getsignal(signal.SIGTERM) is ours:  # someone else's since: leave theirs in place
+        signal.signal(signal.SIGTERM, previous)
+    _sigterm = None
 
 
 def uninstall() -> None:
     """Restore every patched attribute to the exact original object, flush, drop the caches, turn the probe off."""
     with _lock:
         PATCHER.uninstall()
+        _remove_sigterm_flush()
         _flush(close=True)
         STATE.active = False
         STATE.recorder = None

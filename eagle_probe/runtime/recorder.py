@@ -60,7 +60,7 @@ def _added(now: dict, before: dict):
 class Recorder:
     def __init__(self, config: ProbeConfig, rules: VersionRules, sglang_version: Optional[str], logs,
                  read_ranks: Callable[[], Optional[Ranks]], make_metrics: Optional[Callable] = None,
-                 clock=time.monotonic):
+                 clock=time.monotonic, on_serving: Optional[Callable[[], bool]] = None):
         self.config = config
         self.rules = rules
         self.sglang_version = sglang_version
@@ -68,6 +68,9 @@ class Recorder:
         self._read_ranks = read_ranks
         self._make_metrics = make_metrics
         self._clock = clock
+        # Called on the first forwards and verify steps until it returns True (install: the SIGTERM flush, set up
+        # once SGLang's own start-up in this process is done).
+        self._on_serving = on_serving
         self.ranks: Optional[Ranks] = None
         self.metrics = None
         self.log_every_forward = config.log_every_forward  # wrappers then build every observation
@@ -100,7 +103,8 @@ class Recorder:
             kwarg = LAYER_CAPTURE_KWARG if rules.embedding_capturable else None
             self.dump_planner = DumpPlanner(config.dump_every, config.dump_ranks, config.dump_layers == "all", kwarg)
             self.dump_writer = DumpWriter(config.dump_dir, int(config.dump_max_mb * 1024 * 1024),
-                                          self.dump_written, self.dump_stopped)
+                                          self.dump_written, self.dump_stopped,
+                                          on_error=lambda exc: self.internal_error("dumps.write", exc))
 
     # -- process context ---------------------------------------------------------------------
 
@@ -137,7 +141,7 @@ class Recorder:
             self._emit("warning", METRICS_EXPOSED, addr=addr, port=self.metrics.port,
                        message=f"the probe's metrics exporter listens on {addr}:{self.metrics.port}, reachable from "
                                f"other hosts (EAGLE_PROBE_METRICS_ADDR); the default is 127.0.0.1")
-        if self.metrics is not None and self.config.flush_interval_s > 0:
+        if self.config.flush_interval_s > 0:  # without metrics too: it writes the periodic events of an idle server
             self._flusher = PeriodicFlusher(self, self.config.flush_interval_s).start()
 
     def _emit(self, level: str, event: str, **fields):
@@ -147,13 +151,24 @@ class Recorder:
         except Exception as exc:
             self.internal_error("logs.emit", exc)
 
-    def _metric(self, method: str, *args):
+    def _metric(self, method: str, *args) -> bool:
+        """Whether the sink took it (a failure is counted under metrics.METHOD)."""
         if self.metrics is None:
-            return
+            return False
         try:
             getattr(self.metrics, method)(*args)
         except Exception as exc:
             self.internal_error(f"metrics.{method}", exc)
+            return False
+        return True
+
+    def _serving(self):
+        try:
+            if self._on_serving is not None and self._on_serving():
+                self._on_serving = None
+        except Exception as exc:
+            self._on_serving = None
+            self.internal_error("sigterm.install", exc)
 
     # -- hot path: count only ------------------------------------------------------------------
 
@@ -175,6 +190,8 @@ class Recorder:
     def verify_step(self, step: VerifyStep):
         if self.ranks is None:
             self._ensure_ranks()
+        if self._on_serving is not None:
+            self._serving()
         self.acceptance.add(step.accepted, step.positions, step.source)
         if self._clock() >= self._next_tick:
             self._tick()
@@ -206,9 +223,9 @@ class Recorder:
             except Exception:
                 pass
         if where not in self._errors_logged:
-            self._errors_logged.add(where)
-            try:
+            try:  # once per where, once a line could be written (a failing log sink is retried at the next error)
                 self.logs.emit("error", INTERNAL_ERROR, where=where, error=f"{type(exc).__name__}: {exc}")
+                self._errors_logged.add(where)
             except Exception:
                 pass
 
@@ -230,6 +247,8 @@ class Recorder:
     def target_forward(self, obs: TargetForward):
         """A target forward the wrapper had not just seen (or every forward under log_every_forward)."""
         self._ensure_ranks()
+        if self._on_serving is not None:
+            self._serving()
         count_key = forward_count_key(obs)
         forwards = self.counts.forwards
         forwards[count_key] = forwards.get(count_key, 0) + 1
@@ -265,6 +284,8 @@ class Recorder:
     def draft_forward(self, obs: DraftForward):
         """A draft forward the wrapper had not just seen."""
         self._ensure_ranks()
+        if self._on_serving is not None:
+            self._serving()
         self.draft_repeated(draft_count_key(obs))
         key = ("draft", obs.model_class, obs.path, obs.mode)
         signature = obs.signature()
@@ -488,20 +509,24 @@ class Recorder:
             self.finding(collapse, "target")
 
     def flush_metrics(self):
-        """Move what was counted since the last flush into the Prometheus series (thread-safe; never raises)."""
+        """Move what was counted since the last flush into the Prometheus series (thread-safe). A part the sink
+        refused stays unflushed and is sent again at the next flush: a failing flush delays counts, never loses them."""
         if self.metrics is None:
             return
         with self._flush_lock:
-            now = (self.counts.snapshot(), self.acceptance.snapshot())
-            (forwards, lost, drafts), verify = now
+            (forwards, lost, drafts), verify = (self.counts.snapshot(), self.acceptance.snapshot())
             (forwards_0, lost_0, drafts_0), verify_0 = self._flushed
-            self._flushed = now
-            self._metric("add_forwards", _added(forwards, forwards_0))
-            self._metric("add_lost", _added(lost, lost_0))
-            self._metric("add_draft_forwards", _added(drafts, drafts_0))
+            if not self._metric("add_forwards", _added(forwards, forwards_0)):
+                forwards = forwards_0
+            if not self._metric("add_lost", _added(lost, lost_0)):
+                lost = lost_0
+            if not self._metric("add_draft_forwards", _added(drafts, drafts_0)):
+                drafts = drafts_0
             steps, lengths, per_position = counts_since(verify, verify_0, self.acceptance.positions)
-            if steps:
-                self._metric("add_verify_counts", steps, lengths, per_position, self.acceptance.positions)
+            if steps and not self._metric("add_verify_counts", steps, lengths, per_position,
+                                          self.acceptance.positions):
+                verify = verify_0
+            self._flushed = ((forwards, lost, drafts), verify)
 
     def flush(self):
         """Everything out: metrics, a final summary, the open acceptance window (at uninstall or process exit)."""

@@ -14,12 +14,9 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
+from ...runtime.values.dumps import FORMAT_KEY, FORMAT_VERSION, LAYER_PREFIX, META_KEY, REQUIRED, SUFFIX
 from .checkpoints import open_safetensors, read_tensor
 from .spec import ReplayInputError
-
-SUFFIX = ".safetensors"
-REQUIRED = ("aux_hidden_states", "final_hidden_state", "input_ids", "positions")
-LAYER_PREFIX = "hidden_states."
 
 
 @dataclass
@@ -70,10 +67,11 @@ def dump_files(path: str) -> Tuple[str, List[str]]:
 
 def _meta(handle, path: str) -> dict:
     header = handle.metadata() or {}
-    if header.get("eagle_probe.format") != "1":
-        raise ReplayInputError(f"dump {path}: not an eagle-probe dump (its metadata has no eagle_probe.format = 1)")
+    if header.get(FORMAT_KEY) != FORMAT_VERSION:
+        raise ReplayInputError(f"dump {path}: not an eagle-probe dump (its metadata has no {FORMAT_KEY} = "
+                               f"{FORMAT_VERSION})")
     try:
-        meta = json.loads(header.get("eagle_probe.meta") or "")
+        meta = json.loads(header.get(META_KEY) or "")
     except json.JSONDecodeError as exc:
         raise ReplayInputError(f"dump {path}: its eagle_probe.meta metadata is not JSON ({exc})") from None
     if not isinstance(meta, dict):

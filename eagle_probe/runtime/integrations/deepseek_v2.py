@@ -17,6 +17,7 @@ from ..context.roles import role_of
 from ..state import STATE
 from ..patcher import Integration, PatchTarget
 from ..recorder import forward_count_key
+from ..values import dumps
 from ..values.dumps import DumpJob
 from ..values.sampler import SampleContext, deliver_ready, real_tokens, sampled_mode
 from ..context.graph_capture import is_capturing
@@ -290,15 +291,15 @@ def _submit_dump(plan, instance, facts, args, kwargs, result, recorder):
         aux = torch_stack_last(aux)
     positions = args[1] if len(args) > 1 else kwargs.get("positions")
     tokens = real_tokens(forward_batch, hidden.shape[0])
-    tensors = {"aux_hidden_states": aux[:tokens], "final_hidden_state": hidden[:tokens],
-               "input_ids": input_ids[:tokens], "positions": positions[:tokens]}
+    tensors = {dumps.AUX: aux[:tokens], dumps.FINAL: hidden[:tokens], dumps.INPUT_IDS: input_ids[:tokens],
+               dumps.POSITIONS: positions[:tokens]}
     for name in ("extend_seq_lens", "extend_prefix_lens"):
         values = getattr(forward_batch, f"{name}_cpu", None)
         if isinstance(values, list):
             tensors[name] = torch.tensor(values, dtype=torch.int64)
     kept = plan.kept or {}
     for index, value in sorted(kept.items()):
-        tensors[f"hidden_states.{index}"] = value[:tokens]
+        tensors[f"{dumps.LAYER_PREFIX}{index}"] = value[:tokens]
     captured = sorted(set(layers))
     ranks = recorder.ranks
     metadata = {

@@ -177,18 +177,21 @@ class MetricsSink:
     def set_info(self, probe_version: str, sglang_version: str, rules: str):
         self._child(self.info, probe_version, sglang_version, rules).set(1)
 
-    # Counted values arrive at a flush, as (labels, amount added since the last flush).
+    # Counted values arrive at a flush, as (labels, amount added since the last flush). Every series is resolved
+    # before the first one is increased: a call that fails (a new series cannot be created) adds nothing, and the
+    # recorder sends the same amounts again at the next flush.
+    def _add(self, metric, items):
+        for child, amount in [(self._child(metric, *labels), amount) for labels, amount in items]:
+            child.inc(amount)
+
     def add_forwards(self, items):
-        for labels, amount in items:
-            self._child(self.forwards, *labels).inc(amount)
+        self._add(self.forwards, items)
 
     def add_lost(self, items):
-        for labels, amount in items:
-            self._child(self.lost, *labels).inc(amount)
+        self._add(self.lost, items)
 
     def add_draft_forwards(self, items):
-        for labels, amount in items:
-            self._child(self.draft_forwards, *labels).inc(amount)
+        self._add(self.draft_forwards, items)
 
     def forward_shapes(self, obs: TargetForward):
         width = obs.aux_shape[-1] if obs.aux_shape else sum(obs.slot_widths)
@@ -219,16 +222,19 @@ class MetricsSink:
 
     def add_verify_counts(self, steps, lengths, per_position, positions):
         """Verify steps since the last flush, aggregated (requests per accepted length, accepted per position)."""
-        self._child(self.verify_steps).inc(steps)
         requests = sum(lengths.values())
+        series = [self._child(m) for m in (self.verify_steps, self.drafts, self.draft_tokens, self.accepted,
+                                             self.accept_length)]
+        per_pos = [self._child(self.accepted_per_pos, str(k)) for k in range(len(per_position))]
+        verify_steps, drafts, draft_tokens, accepted, histogram = series  # all resolved: nothing is added twice
+        verify_steps.inc(steps)
         if not requests:
             return
-        self._child(self.drafts).inc(requests)
-        self._child(self.draft_tokens).inc(requests * positions)
-        self._child(self.accepted).inc(sum(per_position))
-        for k, count in enumerate(per_position):
-            self._child(self.accepted_per_pos, str(k)).inc(count)
-        histogram = self._child(self.accept_length)
+        drafts.inc(requests)
+        draft_tokens.inc(requests * positions)
+        accepted.inc(sum(per_position))
+        for child, count in zip(per_pos, per_position):
+            child.inc(count)
         for value, count in lengths.items():
             _observe_many(histogram, value, count)
 

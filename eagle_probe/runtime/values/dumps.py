@@ -20,6 +20,11 @@ import time
 
 FORMAT_VERSION = "1"
 SUFFIX = ".safetensors"
+# The file layout (README "Dump files"), read back by the offline commands.
+AUX, FINAL, INPUT_IDS, POSITIONS = "aux_hidden_states", "final_hidden_state", "input_ids", "positions"
+REQUIRED = (AUX, FINAL, INPUT_IDS, POSITIONS)
+LAYER_PREFIX = "hidden_states."  # hidden_states.I: the residual stream entering layer I (all-layer dumps)
+FORMAT_KEY, META_KEY = "eagle_probe.format", "eagle_probe.meta"
 _POLL_S = 0.005
 
 
@@ -120,12 +125,13 @@ def directory_bytes(path: str) -> int:
 
 
 class DumpWriter:
-    """The background thread that turns jobs into files. `on_stop(reason, error)` is called once if dumps stop."""
+    """The background thread that turns jobs into files. `on_stop(reason, error)` is called once if dumps stop;
+    `on_error(exc)` when an exception inside the writer stopped them."""
 
-    def __init__(self, directory: str, max_bytes: int, on_written, on_stop, max_queued: int = 2):
+    def __init__(self, directory: str, max_bytes: int, on_written, on_stop, max_queued: int = 2, on_error=None):
         self.directory = directory
         self.max_bytes = max_bytes
-        self._on_written, self._on_stop = on_written, on_stop
+        self._on_written, self._on_stop, self._on_error = on_written, on_stop, on_error
         self._queue = queue.Queue(maxsize=max_queued)
         self.stopped = False
         self.prepared = False
@@ -178,14 +184,16 @@ class DumpWriter:
                     self._write(job)
             except Exception as exc:  # a bug or an unexpected state: stop dumps, keep the server
                 self.stop("error", f"{type(exc).__name__}: {exc}")
+                if self._on_error is not None:
+                    self._on_error(exc)
             finally:
                 self._writing = False
 
     def _write(self, job: DumpJob):
         from safetensors.torch import save
 
-        payload = save(job.tensors, metadata={"eagle_probe.format": FORMAT_VERSION,
-                                              "eagle_probe.meta": json.dumps(job.metadata, sort_keys=True)})
+        payload = save(job.tensors, metadata={FORMAT_KEY: FORMAT_VERSION,
+                                              META_KEY: json.dumps(job.metadata, sort_keys=True)})
         try:
             used = directory_bytes(self.directory)
         except OSError as exc:
