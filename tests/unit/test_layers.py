@@ -61,3 +61,14 @@ def test_unreachable_indices_give_reasons():
     assert unreachable_indices([0, 5], 61, embedding_capturable=True) == ()
     stage = dict(unreachable_indices([2, 40], 61, True, start_layer=30, end_layer=61))
     assert set(stage) == {2}
+
+
+def test_a_rule_is_named_with_the_release_it_began_in_not_its_table_row():
+    from eagle_probe.analysis.draft_rules import _rule_text
+    from eagle_probe.versions import format_version, parse_version, rule_since, rules_for
+
+    rules = rules_for(parse_version("0.5.23"))  # the row starts at 0.5.21; the +1 rule holds from 0.5.13
+    assert format_version(rules.first) == "0.5.21"
+    assert format_version(rule_since(rules, "capture_id_rule")) == "0.5.13"
+    assert _rule_text(rules).startswith("SGLang 0.5.13+ adds 1 to every id only when the first id is 1")
+    assert _rule_text(rules_for(parse_version("0.5.9"))).startswith("SGLang 0.5.8+ adds 1 to every id")
