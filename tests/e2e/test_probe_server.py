@@ -12,6 +12,8 @@ from eagle_probe.commands.summarize.logread import read_events
 
 from .conftest import AUX_ARGS, PROMPTS, start_server
 
+DUMP_CAP_MB = 0.03  # holds the first prompt's forwards (two chunks, 16 KB); the next one (22 KB) stops dumps
+
 
 @pytest.fixture(scope="module")
 def runs(tiny_checkpoint, tmp_path_factory):
@@ -21,6 +23,7 @@ def runs(tiny_checkpoint, tmp_path_factory):
     log_dir = os.path.join(root, "probe-logs")
     census_dir = os.path.join(root, "census")
     os.makedirs(census_dir)
+    dump_dir = os.path.join(root, "dumps")
     plain = start_server(checkpoint, root, "plain", AUX_ARGS)
     try:
         plain_out = [plain.generate(p, max_new_tokens=8) for p in PROMPTS]
@@ -29,7 +32,10 @@ def runs(tiny_checkpoint, tmp_path_factory):
     probed = start_server(checkpoint, root, "probed", ("--enable-metrics",) + AUX_ARGS,
                           pythonpath_prefix=[BOOTSTRAP_DIR],
                           env={"EAGLE_PROBE_LOG_DIR": log_dir, "EAGLE_PROBE_SUMMARY_INTERVAL_S": "0.5",
-                               "SGLANG_CPU_MODULE_CENSUS_DIR": census_dir})
+                               "SGLANG_CPU_MODULE_CENSUS_DIR": census_dir,
+                               # every EXTEND forward, every layer, under a cap that the third one reaches
+                               "EAGLE_PROBE_DUMP_DIR": dump_dir, "EAGLE_PROBE_DUMP_EVERY": "1",
+                               "EAGLE_PROBE_DUMP_LAYERS": "all", "EAGLE_PROBE_DUMP_MAX_MB": str(DUMP_CAP_MB)})
     try:
         probed_out = [probed.generate(p, max_new_tokens=8) for p in PROMPTS]
         time.sleep(1.0)
@@ -42,7 +48,7 @@ def runs(tiny_checkpoint, tmp_path_factory):
     stopped = not probed.is_running() and not plain.is_running()
     return dict(stopped=stopped, plain=plain_out, probed=probed_out, metrics=metrics, events=read_events([log_dir]),
                 server_pid=server_pid, config=config, server_log=server_log, log_dir=log_dir,
-                census=_read_census(census_dir))
+                census=_read_census(census_dir), dump_dir=dump_dir)
 
 
 def _read_census(directory):
@@ -128,3 +134,50 @@ def test_metrics_in_sglangs_own_endpoint(runs):
                   label="output of layer 1", tp_rank="0") == 1
     assert sample(metrics, "eagle_probe_aux_width", role="target", tp_rank="0") == 3 * runs["config"].hidden_size
     assert sample(metrics, "eagle_probe_info", tp_rank="0") == 1
+
+
+def test_dumps_from_a_real_server_hold_what_the_readme_says(runs, tiny_checkpoint):
+    """Files load with safetensors, respect the cap and the permissions, carry the README's tensors and metadata, and
+    every layer equals transformers' hidden_states for the same input ids."""
+    import json as json_module
+
+    import torch
+    from safetensors import safe_open
+    from transformers import AutoModelForCausalLM
+
+    dump_dir = runs["dump_dir"]
+    files = sorted(os.path.join(dump_dir, f) for f in os.listdir(dump_dir))
+    assert files and all(f.endswith(".safetensors") for f in files)
+    assert oct(os.stat(dump_dir).st_mode & 0o777) == "0o700"
+    assert all(oct(os.stat(f).st_mode & 0o777) == "0o600" for f in files)
+    assert sum(os.path.getsize(f) for f in files) <= DUMP_CAP_MB * 1024 * 1024
+    [stopped] = [e for e in runs["events"] if e["event"] == "eagle_probe.dump.stopped"]
+    assert stopped["reason"] == "cap" and stopped["level"] == "warning"
+    written = [e["path"] for e in runs["events"] if e["event"] == "eagle_probe.dump.written"]
+    assert sorted(written) == files
+    checkpoint, config = tiny_checkpoint
+    hf = AutoModelForCausalLM.from_pretrained(checkpoint, torch_dtype=torch.float32).eval()
+    compared = 0
+    for path in files:
+        with safe_open(path, "pt") as handle:
+            meta = json_module.loads(handle.metadata()["eagle_probe.meta"])
+            tensors = {k: handle.get_tensor(k) for k in handle.keys()}
+        assert meta["capture_indices"] == [2, 4, 5] and meta["layer_indices"] == list(range(6))
+        assert meta["tp_rank"] == 0 and meta["sglang_version"] == "0.5.23" and meta["all_layers"] is True
+        start = 0
+        for n, prefix in zip(tensors["extend_seq_lens"].tolist(), tensors["extend_prefix_lens"].tolist()):
+            ids = tensors["input_ids"][start:start + n].tolist()
+            prompt = next((q for q in PROMPTS if q[prefix:prefix + n] == ids), None)  # a chunk starts after `prefix`
+            if prompt is not None:
+                with torch.no_grad():
+                    reference = hf(torch.tensor([prompt]), output_hidden_states=True).hidden_states
+                for index in range(6):
+                    served = tensors[f"hidden_states.{index}"][start:start + n]
+                    expected = reference[index][0][prefix:prefix + n]
+                    assert torch.allclose(served, expected, atol=1e-4, rtol=1e-3), (path, index)
+                aux = tensors["aux_hidden_states"][start:start + n]
+                hidden = config.hidden_size
+                assert torch.equal(aux[:, :hidden], tensors["hidden_states.2"][start:start + n])
+                compared += 1
+            start += n
+    assert compared >= 2  # the first prompt, prefilled in two chunks
