@@ -1,0 +1,167 @@
+"""The main job: the seed's failure in miniature, named and fixed, every number from real SGLang servers.
+
+A tiny trained DeepSeek-V3 target and an EAGLE-3 draft trained on its HF hidden_states (3, 4, 5)
+(examples/seed/, committed weights). The draft's config names the ids one layer early, [2, 3, 4] (what the "output
+of layer k" convention writes for those layers), and the server, reading them, captures (2, 3, 4): config and
+target agree with each other and are both wrong.
+
+1. serve it with the probe (dumps of every EXTEND forward with all layers): acceptance collapses, SGLang's own
+   per-request figures beside the probe's;
+2. `eagle-probe replay --search`: the wiring the draft agrees with the target under, and the ids to set, from the
+   dumps alone (no prior knowledge of the training layers);
+3. `eagle-probe parity` against the draft's SpecForge training data (captured through SGLang with the trained ids):
+   which served slots differ, and which served layer each training slot is;
+4. serve again with the ids replay named: acceptance recovered.
+
+Run:  .venv/bin/python examples/seed_story.py [--out out/example]
+"""
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from eagle_probe.bootstrap import BOOTSTRAP_DIR  # noqa: E402
+from eagle_probe.commands.summarize.logread import read_events  # noqa: E402
+from sglang_cpu import seed  # noqa: E402
+
+WRONG_IDS = list(seed.WRONG_IDS)
+
+
+def probe_cli(*args):
+    exe = os.path.join(os.path.dirname(sys.executable), "eagle-probe")
+    command = ([exe] if os.path.exists(exe) else [sys.executable, "-m", "eagle_probe"]) + [str(a) for a in args]
+    print("$ eagle-probe " + " ".join(str(a) for a in args), flush=True)
+    return subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
+
+
+def probe_series(metrics_text, name):
+    """Sum of a probe counter over its series in /metrics (tp_rank 0 only here)."""
+    total = 0.0
+    for line in metrics_text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def serve(draft, out, name, timeout):
+    """One real speculative server with the probe on PYTHONPATH; returns SGLang's and the probe's figures."""
+    logs, dumps = os.path.join(out, f"{name}-probe-logs"), os.path.join(out, f"{name}-dumps")
+    env = {"EAGLE_PROBE_LOG_DIR": logs, "EAGLE_PROBE_SUMMARY_INTERVAL_S": "1", "EAGLE_PROBE_DUMP_DIR": dumps,
+           "EAGLE_PROBE_DUMP_EVERY": "1", "EAGLE_PROBE_DUMP_LAYERS": "all"}
+    server = seed.server(draft, log_path=os.path.join(out, f"{name}-server.log"), env=env,
+                         pythonpath_prefix=[BOOTSTRAP_DIR], extra_args=["--enable-metrics"])
+    server.start(timeout=timeout)
+    try:
+        before = server.flushed_metrics_text()
+        answers = seed.generate_all(server)
+        after = server.flushed_metrics_text()
+    finally:
+        server.stop()
+    sglang = seed.acceptance(answers)
+    drafts = (probe_series(after, "eagle_probe_spec_drafts_total")
+              - probe_series(before, "eagle_probe_spec_drafts_total"))
+    accepted = (probe_series(after, "eagle_probe_spec_accepted_tokens_total")
+                - probe_series(before, "eagle_probe_spec_accepted_tokens_total"))
+    configured = [e for e in read_events([logs]) if e["event"] == "eagle_probe.capture.configured"
+                  and e.get("role") == "target" and not e.get("during_graph_setup")]
+    return dict(sglang=sglang, probe_mean=1 + accepted / drafts if drafts else None, drafts=drafts,
+                accepted=accepted, logs=logs, dumps=dumps,
+                captured=configured[-1]["layers_to_capture"] if configured else None)
+
+
+def show_acceptance(run, title):
+    s = run["sglang"]
+    print(f"{title}: the target captures HF hidden_states {run['captured']}")
+    print(f"  SGLang (meta_info): mean accept length {s['mean_accept_length']:.2f} over {sum(s['verify_ct'])} verify "
+          f"steps; correct drafts per request {s['num_correct_drafts']}")
+    print(f"  eagle-probe (/metrics): mean accept length {run['probe_mean']:.2f} "
+          f"({int(run['accepted'])} accepted of {int(run['drafts'])} drafts x {seed.NUM_STEPS} positions)", flush=True)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", default=os.path.join(ROOT, "out", "example"))
+    parser.add_argument("--start-timeout", type=float, default=900)
+    args = parser.parse_args()
+    out = os.path.abspath(args.out)
+    shutil.rmtree(out, ignore_errors=True)
+    os.makedirs(out)
+
+    print("==== 1. the seed: a draft whose config names the wrong layers ====")
+    wrong = seed.write_draft_copy(os.path.join(out, "draft-as-shipped"), WRONG_IDS)
+    print(f"draft {wrong}: eagle_aux_hidden_state_layer_ids {WRONG_IDS} (trained on HF {list(seed.TRAINED_HF_LAYERS)}; "
+          f"nobody has that at hand)", flush=True)
+    broken = serve(wrong, out, "shipped", args.start_timeout)
+    show_acceptance(broken, "served as shipped")
+
+    print("\n==== 2. which layers was this draft trained on? (replay --search on the dumps) ====")
+    done = probe_cli("replay", "--draft", wrong, "--target", seed.TARGET_PATH, "--dump", broken["dumps"], "--search",
+                     "--format", "json")
+    if done.returncode != 0:
+        print(done.stderr)
+        return 1
+    replay = json.loads(done.stdout)
+    print(f"  served wiring {replay['served']['hf_indices']}: position-0 accuracy {replay['served']['accuracy']:.3f} "
+          f"over {replay['served']['positions']} positions")
+    print(f"  best wiring {replay['best']['hf_indices']}: accuracy {replay['best']['accuracy']:.3f}; ids to set on "
+          f"this SGLang: {replay['best']['ids']}")
+    for candidate in replay["candidates"][:3]:
+        print(f"    candidate {candidate['hf_indices']}: {candidate['accuracy']:.3f}")
+
+    print("\n==== 3. train/serve parity against the draft's SpecForge training data ====")
+    data = os.path.join(out, "specforge-data")
+    made = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "seed", "specforge_data.py"), "--out",
+                           data], capture_output=True, text=True, cwd=ROOT)
+    if made.returncode != 0:
+        print(made.stderr[-2000:])
+        return 1
+    print("  " + made.stdout.strip().splitlines()[-1])
+    done = probe_cli("parity", "--data", data, "--dump", broken["dumps"], "--format", "json")
+    if done.returncode != 0:
+        print(done.stderr)
+        return 1
+    parity = json.loads(done.stdout)
+    print(f"  {parity['positions_matched']} served positions matched to training samples")
+    for slot in parity["slots"]:
+        print(f"  slot {slot['slot']}: served HF {slot['served_hf_index']}, "
+              f"{'matches' if slot['matches'] else 'DIFFERS'} (rel_diff {slot['rel_diff']:.3g}); the training "
+              f"slot is served HF index {slot['best_hf_index']}")
+
+    trained = [slot["best_hf_index"] for slot in parity["slots"]]
+    ids = replay["best"]["ids"]
+    if parity["positions_matched"] and None not in trained:
+        # parity names the layers by value; replay confirms them by behaviour (they are among its near-ties)
+        from eagle_probe.analysis.draft_rules import ids_for_capture
+        from eagle_probe.versions import installed_sglang_version, parse_version, rules_for
+
+        rules = rules_for(parse_version(installed_sglang_version()))
+        ids, why = ids_for_capture(trained, seed.NUM_LAYERS, rules)
+        ids = list(ids) if ids is not None else replay["best"]["ids"]
+        scores = {tuple(c["hf_indices"]): c["accuracy"] for c in replay["candidates"]}
+        ties = [tuple(t["hf_indices"]) for t in replay.get("near_ties", [])]
+        print(f"\n  the draft was trained on HF hidden_states {trained} (parity); replay's accuracy for that wiring: "
+              f"{scores.get(tuple(trained), float('nan')):.3f}"
+              + (" (one of its near-ties: slot 0 matters little to this draft)" if tuple(trained) in ties else ""))
+    print(f"\n==== 4. serve again with eagle_aux_hidden_state_layer_ids = {ids} ====")
+    fixed_draft = seed.write_draft_copy(os.path.join(out, "draft-fixed"), ids)
+    fixed = serve(fixed_draft, out, "fixed", args.start_timeout)
+    show_acceptance(fixed, "served with the ids the diagnosis named")
+
+    print("\n==== the story in numbers ====")
+    print(f"mean accept length (SGLang's own figure): as shipped {broken['sglang']['mean_accept_length']:.2f}, "
+          f"fixed {fixed['sglang']['mean_accept_length']:.2f} (the most a chain of {seed.NUM_STEPS} can give: "
+          f"{seed.NUM_STEPS + 1})")
+    print(f"probe logs: {broken['logs']}, {fixed['logs']}; dumps: {broken['dumps']}")
+    print(f"more: eagle-probe summarize {broken['logs']}")
+    recovered = fixed["sglang"]["mean_accept_length"] > broken["sglang"]["mean_accept_length"] + 0.5
+    return 0 if recovered else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
