@@ -75,6 +75,7 @@ class Recorder:
         self.metrics = None
         self.log_every_forward = config.log_every_forward  # wrappers then build every observation
         self._pending_skips = []
+        self._pending_errors = {}  # where -> internal errors counted before the metrics sink existed
         self._signatures = {}
         self._seen_findings = set()
         self._errors_logged = set()
@@ -132,6 +133,9 @@ class Recorder:
             self.metrics.set_info(__version__, self.sglang_version or "unknown", self.rules.capture_id_rule)
             for integration, target in self._pending_skips:
                 self.metrics.integration_skipped(integration, target)
+            for where, count in self._pending_errors.items():
+                self.metrics.internal_error(where, count)
+            self._pending_errors.clear()
         except Exception as exc:  # a port in use must not stop the logs
             self.metrics = None
             self.internal_error("metrics.start", exc)
@@ -141,7 +145,7 @@ class Recorder:
             self._emit("warning", METRICS_EXPOSED, addr=addr, port=self.metrics.port,
                        message=f"the probe's metrics exporter listens on {addr}:{self.metrics.port}, reachable from "
                                f"other hosts (EAGLE_PROBE_METRICS_ADDR); the default is 127.0.0.1")
-        if self.config.flush_interval_s > 0:  # without metrics too: it writes the periodic events of an idle server
+        if self.metrics is not None and self.config.flush_interval_s > 0:
             self._flusher = PeriodicFlusher(self, self.config.flush_interval_s).start()
 
     def _emit(self, level: str, event: str, **fields):
@@ -222,10 +226,12 @@ class Recorder:
                 self.metrics.internal_error(where)
             except Exception:
                 pass
+        else:  # e.g. at model load, before ranks are known: counted once the sink starts
+            self._pending_errors[where] = self._pending_errors.get(where, 0) + 1
         if where not in self._errors_logged:
-            try:  # once per where, once a line could be written (a failing log sink is retried at the next error)
+            self._errors_logged.add(where)
+            try:
                 self.logs.emit("error", INTERNAL_ERROR, where=where, error=f"{type(exc).__name__}: {exc}")
-                self._errors_logged.add(where)
             except Exception:
                 pass
 

@@ -4,6 +4,7 @@ With SGLANG_CPU_SPEC=1 in the environment it also applies the speculative (EAGLE
 `sglang_cpu.spec_shims` and sets TRITON_INTERPRET=1 before anything imports Triton. With SGLANG_CPU_TP=1
 it applies `sglang_cpu.tp_shims` (pynccl off, for --tp-size 2), and with SGLANG_CPU_PERTURB_AUX="RANK:SLOT:SCALE"
 the test-only aux perturbation, registered here so that it wraps DeepseekV2Model.forward before the probe does.
+SGLANG_CPU_PROBE_FAULTS and SGLANG_CPU_PROBE_STATE_DIR: see the end of this file.
 """
 
 import os
@@ -33,3 +34,16 @@ if os.environ.get("SGLANG_CPU_TP", "") == "1" or os.environ.get("SGLANG_CPU_PERT
 from sglang_cpu import census  # noqa: E402
 
 census.start()
+
+# Test-only faults in the probe's own functions (SGLANG_CPU_PROBE_FAULTS, sglang_cpu.probe_faults) and the
+# probe-state report (SGLANG_CPU_PROBE_STATE_DIR, sglang_cpu.probe_state). The probe's modules are importable
+# here; its bootstrap installs it after this file has run.
+if os.environ.get("SGLANG_CPU_PROBE_FAULTS", ""):
+    from sglang_cpu import probe_faults  # noqa: E402
+
+    probe_faults.apply()
+
+if os.environ.get("SGLANG_CPU_PROBE_STATE_DIR", ""):
+    from sglang_cpu import probe_state  # noqa: E402
+
+    probe_state.start()

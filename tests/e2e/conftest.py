@@ -52,3 +52,139 @@ def start_tp2_server(root, name, extra_env=None, case=None, num_steps=2, extra_a
     args = ["--tp-size", "2", *case["args"], "--enable-metrics", *extra_args]
     server = start_server(case["target"], root, name, args, pythonpath_prefix=[BOOTSTRAP_DIR], env=env)
     return server, log_dir
+
+
+# ------------------------------------------------- helpers of test_faults.py and test_load.py (appended)
+
+SPEC_POSITIONS = 2  # the "map" case's chain: 2 speculative steps
+
+
+def probe_events(log_dir, event=None):
+    """The probe's JSON lines under log_dir (every *.jsonl), optionally of one event kind; [] without the dir."""
+    import json
+
+    out = []
+    if not os.path.isdir(log_dir):
+        return out
+    for name in sorted(os.listdir(log_dir)):
+        if not name.endswith(".jsonl"):
+            continue
+        with open(os.path.join(log_dir, name), encoding="utf-8") as handle:
+            for line in handle:
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(record, dict) and (event is None or record.get("event") == event):
+                    out.append(record)
+    return out
+
+
+def metric_samples(text, name):
+    """[(labels dict, value)] of the series `name` in a Prometheus text exposition."""
+    out = []
+    for line in text.splitlines():
+        if not (line.startswith(name + "{") or line.startswith(name + " ")):
+            continue
+        head, value = line.rsplit(" ", 1)
+        labels = {}
+        if "{" in head:
+            for part in head[head.index("{") + 1:head.rindex("}")].split('",'):
+                if "=" in part:
+                    key, raw = part.split("=", 1)
+                    labels[key.strip()] = raw.strip().strip('"')
+        out.append((labels, float(value)))
+    return out
+
+
+def internal_errors(text):
+    """where -> eagle_probe_internal_errors_total."""
+    return {labels["where"]: value for labels, value in metric_samples(text, "eagle_probe_internal_errors_total")}
+
+
+def probe_spec_counts(text, positions=SPEC_POSITIONS):
+    """The probe's acceptance counters: drafts (request-steps), draft tokens, accepted tokens, per position."""
+    def total(name):
+        return sum(value for _, value in metric_samples(text, name))
+
+    per_position = {labels.get("position"): value
+                    for labels, value in metric_samples(text, "eagle_probe_spec_accepted_tokens_per_pos_total")}
+    return {"drafts": total("eagle_probe_spec_drafts_total"),
+            "draft_tokens": total("eagle_probe_spec_draft_tokens_total"),
+            "accepted": total("eagle_probe_spec_accepted_tokens_total"),
+            "per_position": [per_position.get(str(k), 0.0) for k in range(positions)]}
+
+
+def counts_delta(after, before):
+    return {key: ([a - b for a, b in zip(after[key], before[key])] if isinstance(after[key], list)
+                  else after[key] - before[key]) for key in after}
+
+
+def settled_probe_counts(server, positions=SPEC_POSITIONS, tries=6):
+    """The probe's acceptance counters once two flushed scrapes in a row agree (a retried flush has landed)."""
+    last = probe_spec_counts(server.flushed_metrics_text(), positions)
+    for _ in range(tries):
+        current = probe_spec_counts(server.flushed_metrics_text(), positions)
+        if current == last:
+            return current
+        last = current
+    return last
+
+
+def sglang_spec_counts(metas, positions=SPEC_POSITIONS):
+    """The same figures from SGLang's per-request meta_info: request-steps, proposed, correct, and per position
+    k the steps whose accepted run reached k+1 (from spec_correct_drafts_histogram)."""
+    per_position = [0] * positions
+    for meta in metas:
+        for accepted, steps in enumerate(meta["spec_correct_drafts_histogram"]):
+            for k in range(min(accepted, positions)):
+                per_position[k] += steps
+    return {"drafts": float(sum(m["spec_verify_ct"] for m in metas)),
+            "draft_tokens": float(sum(m["spec_num_proposed_drafts"] for m in metas)),
+            "accepted": float(sum(m["spec_num_correct_drafts"] for m in metas)),
+            "per_position": [float(v) for v in per_position]}
+
+
+def server_processes(server):
+    """{"scheduler": psutil.Process, ...} of a running SGLangServer (by the titles SGLang gives its processes)."""
+    import psutil
+
+    out = {}
+    for child in psutil.Process(server.proc.pid).children(recursive=True):
+        try:
+            title = child.name()
+        except psutil.Error:
+            continue
+        if title.startswith("sglang::"):
+            out.setdefault(title.split("::", 1)[1].split("_", 1)[0], child)
+    return out
+
+
+def start_spec_server(root, name, case, env=None, extra_args=(), probe=True, metrics=True):
+    """A real speculative EAGLE-3 server of `case` (sglang_cpu.draft_models.build_case), with the probe on
+    PYTHONPATH unless probe=False; the probe logs to root/probe-NAME unless env names EAGLE_PROBE_LOG_DIR."""
+    from eagle_probe.bootstrap import BOOTSTRAP_DIR
+    from sglang_cpu.spec_shims import SPEC_ENV
+
+    full_env = dict(SPEC_ENV)
+    if probe:
+        full_env.update(EAGLE_PROBE_LOG_DIR=os.path.join(root, f"probe-{name}"), EAGLE_PROBE_SUMMARY_INTERVAL_S="0.2")
+    full_env.update(env or {})
+    args = [*case["args"], *(["--enable-metrics"] if metrics else []), *extra_args]
+    return start_server(case["target"], root, name, args, pythonpath_prefix=[BOOTSTRAP_DIR] if probe else (),
+                        env=full_env)
+
+
+SGLANG_WARMUP = ([10, 11, 12], 8)  # the request SGLang sends itself before /health answers 200 (input ids, new)
+
+
+def construction_counts(prompts, positions=SPEC_POSITIONS, skip_steps=0):
+    """The acceptance figures the "map" case's construction gives for [(prompt, max_new_tokens)] (the first
+    skip_steps verify steps left out), in the form of sglang_spec_counts."""
+    from sglang_cpu.draft_models import map_draft, map_target, simulate_chain
+
+    steps = [a for prompt, n in prompts
+             for a in simulate_chain(map_target, map_draft, prompt, n, positions)["per_step"]][skip_steps:]
+    return {"drafts": float(len(steps)), "draft_tokens": float(len(steps) * positions),
+            "accepted": float(sum(steps)),
+            "per_position": [float(sum(1 for a in steps if a > k)) for k in range(positions)]}

@@ -211,8 +211,8 @@ class MetricsSink:
     def finding(self, finding: Finding, role: str):
         self._child(self.findings, finding.code, finding.severity, role).inc()
 
-    def internal_error(self, where: str):
-        self._child(self.errors, where).inc()
+    def internal_error(self, where: str, count: int = 1):
+        self._child(self.errors, where).inc(count)
 
     def draft_shapes(self, obs):
         if obs.aux_width is not None:

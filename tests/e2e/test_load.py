@@ -1,0 +1,165 @@
+"""Load, nothing lost: one real SGLang 0.5.23 EAGLE-3 speculative server with the probe under 64 requests at
+concurrency 16 (varied prompt and output lengths), against SGLang's own per-request figures; the probe's state
+does not grow with requests; the scheduler's memory stays close to the same server's without the probe; and a stop
+the way SGLangServer.stop does it (SIGTERM to the process group) still writes the last counts to the log.
+
+The "map" case of `sglang_cpu.draft_models` (greedy chain, 2 steps): every request's tokens and SGLang's counts are
+known from the construction (`simulate_chain`), under batching too. `sglang_cpu.probe_state`
+(SGLANG_CPU_PROBE_STATE_DIR, test-only) reports the len() of every container the probe keeps in the scheduler.
+Two servers: the probe's and a plain one (no probe) for the memory baseline.
+"""
+
+import os
+import random
+import re
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from sglang_cpu import probe_state
+from sglang_cpu.draft_models import build_case, map_draft, map_target, simulate_chain
+
+from .conftest import (SGLANG_WARMUP, construction_counts, counts_delta, internal_errors, probe_events,
+                       server_processes, settled_probe_counts, sglang_spec_counts, start_spec_server)
+
+REQUESTS = 64
+CONCURRENCY = 16
+FIRST_WAVE = 16
+RSS_MARGIN_MB = 64  # asserted bound on (with probe - without), scheduler RSS after the same load
+BOUNDED_QUEUES = {"fingerprints.pending": 4}  # containers that may hold a few items in flight, never more
+
+
+def load_requests(seed=0):
+    """REQUESTS (prompt, max_new_tokens): prompts of 2 to 24 tokens of the 256-token vocabulary, 2 to 10 new tokens."""
+    rng = random.Random(seed)
+    return [([rng.randrange(256) for _ in range(rng.randint(2, 24))], rng.randint(2, 10)) for _ in range(REQUESTS)]
+
+
+def _run_load(server, requests):
+    with ThreadPoolExecutor(CONCURRENCY) as pool:
+        return list(pool.map(lambda r: server.generate_raw(r[0], max_new_tokens=r[1], timeout=300), requests))
+
+
+def _state_after(directory, pid, since, timeout_s=5.0):
+    """The scheduler's probe-state report written after `since` (time.time())."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        report = probe_state.read(directory).get(pid) if os.path.isdir(directory) else None
+        if report is not None and report["time"] > since:
+            return report["sizes"]
+        time.sleep(0.1)
+    raise AssertionError(f"no probe-state report from pid {pid} after {since}")
+
+
+def _rss_mb(server):
+    return server_processes(server)["scheduler"].memory_info().rss / 2**20
+
+
+@pytest.fixture(scope="module")
+def load(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("load-e2e"))
+    case = build_case(root, "map", num_steps=2)
+    requests = load_requests()
+    out = {"requests": requests, "case": case}
+
+    t0 = time.monotonic()
+    plain = start_spec_server(root, "plain", case, probe=False)
+    try:
+        out["plain"] = _run_load(plain, requests)
+        out["plain_rss_mb"] = _rss_mb(plain)
+    finally:
+        t_stop = time.monotonic()
+        plain.stop()
+        out["plain_stop_seconds"] = time.monotonic() - t_stop
+    out["plain_seconds"] = time.monotonic() - t0
+    out["plain_log"] = plain.log_text()
+
+    t0 = time.monotonic()
+    state_dir = os.path.join(root, "state")
+    log_dir = os.path.join(root, "probe-probed")
+    # no periodic summary or acceptance event during the run: the only ones are written by the stop
+    env = {"SGLANG_CPU_PROBE_STATE_DIR": state_dir, "EAGLE_PROBE_SUMMARY_INTERVAL_S": "3600"}
+    server = start_spec_server(root, "probed", case, env)
+    try:
+        scheduler_pid = server_processes(server)["scheduler"].pid
+        out["before"] = settled_probe_counts(server)
+        t_load = time.monotonic()
+        first = _run_load(server, requests[:FIRST_WAVE])
+        out["state_first"] = _state_after(state_dir, scheduler_pid, time.time())
+        rest = _run_load(server, requests[FIRST_WAVE:])
+        out["load_seconds"] = time.monotonic() - t_load
+        out["state_all"] = _state_after(state_dir, scheduler_pid, time.time())
+        out["probed"] = first + rest
+        out["after"] = settled_probe_counts(server)
+        out["metrics"] = server.metrics_text()
+        out["probed_rss_mb"] = _rss_mb(server)
+        out["scheduler_pid"] = scheduler_pid
+        out["events_before_stop"] = probe_events(log_dir)
+    finally:
+        t_stop = time.monotonic()
+        server.stop()
+        out["stop_seconds"] = time.monotonic() - t_stop
+    out["events"] = probe_events(log_dir)
+    out["probed_log"] = server.log_text()
+    out["probed_seconds"] = time.monotonic() - t0
+    print(f"\nload: plain server {out['plain_seconds']:.0f} s, probed server {out['probed_seconds']:.0f} s "
+          f"({REQUESTS} requests in {out['load_seconds']:.0f} s), stop {out['stop_seconds']:.1f} s "
+          f"(plain {out['plain_stop_seconds']:.1f} s); scheduler RSS "
+          f"{out['probed_rss_mb']:.0f} MB with the probe, {out['plain_rss_mb']:.0f} MB without "
+          f"({out['probed_rss_mb'] - out['plain_rss_mb']:+.1f} MB)")
+    return out
+
+
+def test_every_request_matches_the_construction_with_and_without_probe(load):
+    for (prompt, n), plain, probed in zip(load["requests"], load["plain"], load["probed"]):
+        expected = simulate_chain(map_target, map_draft, prompt, n)
+        assert plain["output_ids"] == probed["output_ids"] == expected["output_ids"], prompt
+        for got in (plain, probed):
+            meta = got["meta_info"]
+            assert meta["spec_verify_ct"] == expected["verify_ct"], prompt
+            assert meta["spec_num_correct_drafts"] == expected["num_correct_drafts"], prompt
+            assert meta["spec_correct_drafts_histogram"] == expected["histogram"], prompt
+
+
+def test_probe_totals_equal_sglang_sums_under_load(load):
+    metas = [r["meta_info"] for r in load["probed"]]
+    expected = sglang_spec_counts(metas)
+    assert expected["drafts"] > REQUESTS  # many verify steps, batched (concurrency 16)
+    assert expected == construction_counts(load["requests"])
+    assert load["before"] == construction_counts([SGLANG_WARMUP])  # the warm-up, excluded by the delta
+    assert counts_delta(load["after"], load["before"]) == expected
+    assert not any(internal_errors(load["metrics"]).values())
+
+
+def test_probe_state_does_not_grow_with_requests(load):
+    first, full = load["state_first"], load["state_all"]
+    assert set(first) == set(full) and len(full) > 20  # every container is reported
+    for name, bound in BOUNDED_QUEUES.items():
+        assert full.pop(name, 0) <= bound and first.pop(name, 0) <= bound, name
+    assert full == first  # after 16 and after 64 requests: the same sizes, item for item
+
+
+def test_scheduler_memory_within_margin_of_plain_server(load):
+    assert load["probed_rss_mb"] - load["plain_rss_mb"] <= RSS_MARGIN_MB
+
+
+def test_sigterm_stop_writes_the_last_counts(load):
+    # SGLangServer.stop sends SIGTERM to the process group; the scheduler's default action would end it without
+    # atexit. The probe's handler flushes first: the only acceptance and summary events are the ones it wrote.
+    kinds_before = {e["event"] for e in load["events_before_stop"]}
+    assert not {"eagle_probe.acceptance", "eagle_probe.summary"} & kinds_before
+    [acceptance] = [e for e in load["events"] if e["event"] == "eagle_probe.acceptance"]
+    [summary] = [e for e in load["events"] if e["event"] == "eagle_probe.summary"]
+    assert acceptance["pid"] == summary["pid"] == load["scheduler_pid"]
+    expected = sglang_spec_counts([r["meta_info"] for r in load["probed"]])
+    before = load["before"]  # SGLang's warm-up, counted before the load
+    total = acceptance["total"]
+    assert total["drafts"] == before["drafts"] + expected["drafts"]
+    assert total["accepted_tokens"] == before["accepted"] + expected["accepted"]
+    assert summary["internal_errors"] == 0
+    # then the signal went on to the default action and SGLang stopped as it does without the probe: its launcher,
+    # which got the same SIGTERM, either saw the scheduler end by it first or drained first; no longer than plain
+    ended = re.compile(r"Subprocess scheduler_0 \(pid=\d+\) crashed with exit code -15|Gracefully exiting")
+    assert ended.search(load["plain_log"]) and ended.search(load["probed_log"])
+    assert load["stop_seconds"] < load["plain_stop_seconds"] + 3
