@@ -559,6 +559,8 @@ OF_TYPE = {
     fields.OPT_RATES: st.none() | st.lists(st.none() | NUMBERS, max_size=6),
     fields.OPT_HISTOGRAM: st.none() | st.dictionaries(st.integers(0, 10**9 - 1).map(str), NUMBERS, max_size=5),
     fields.OPT_SLOTS: st.none() | st.lists(SLOT, max_size=3), fields.MIX: st.lists(MIX_ROW, max_size=3),
+    fields.OPT_ANY_NUMBER: st.none() | st.integers(-10**30, 10**30) | st.floats(),
+    fields.OPT_SIGNATURE: st.none() | st.lists(st.floats(), max_size=5),
 }
 
 

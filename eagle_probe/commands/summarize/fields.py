@@ -87,11 +87,11 @@ OPT_SLOTS = (_optional(_list_of(_slot)), "a list of objects with integer slot, c
 MIX = (_absent_or(_list_of(_mix_row)), "a list of objects with string path, string role and mode, boolean tbo "
        "and number count (or absent)")
 
-INT = (_int, "an integer")
-NUMBER_OR_NONFINITE = (lambda v: _int(v) or isinstance(v, float), "a number (NaN and Infinity allowed)")
-SIGNATURE = (lambda v: isinstance(v, list) and len(v) <= MAX_POSITIONS and all(_int(x) or isinstance(x, float)
-                                                                               for x in v),
-             f"a list of at most {MAX_POSITIONS} numbers")
+OPT_ANY_NUMBER = (_optional(lambda v: _int(v) or isinstance(v, float)), "a number (NaN and Infinity allowed: a "
+                  "non-finite slot) or null")
+OPT_SIGNATURE = (_optional(lambda v: isinstance(v, list) and len(v) <= MAX_POSITIONS
+                           and all(_int(x) or isinstance(x, float) for x in v)),
+                 f"a list of at most {MAX_POSITIONS} numbers, or null")
 
 COMMON = {"pid": OPT_INT, "tp_rank": OPT_INT, "pp_rank": OPT_INT, "dp_rank": OPT_INT, "timestamp": OPT_STR}
 
@@ -113,8 +113,8 @@ BY_EVENT = {
         "accepted_tokens": OPT_NUMBER, "mean_accept_length": OPT_NUMBER, "expected_mean_accept_length": OPT_NUMBER,
         "per_position_rate": OPT_RATES, "accept_length_histogram": OPT_HISTOGRAM, "read_at": OPT_STR},
     names.AUX_FINGERPRINT: {
-        "role": STR, "slot": INT, "step": INT, "tokens": INT, "rms": NUMBER_OR_NONFINITE,
-        "absmax": NUMBER_OR_NONFINITE, "nonfinite": INT, "label": OPT_STR, "signature": SIGNATURE},
+        "role": OPT_STR, "slot": OPT_INT, "step": OPT_INT, "tokens": OPT_INT, "rms": OPT_ANY_NUMBER,
+        "absmax": OPT_ANY_NUMBER, "nonfinite": OPT_INT, "label": OPT_STR, "signature": OPT_SIGNATURE},
 }
 
 

@@ -18,7 +18,9 @@ PLAIN_TP = ("plain tensor parallelism: these ranks replicate the hidden states a
 
 
 def fingerprint_events(events) -> List[dict]:
-    return [e for e in events if e.get("event") == AUX_FINGERPRINT]
+    """The fingerprint events complete enough to tabulate (a line may lack fields: it passed the type checks)."""
+    needed = ("role", "slot", "rms", "absmax")
+    return [e for e in events if e.get("event") == AUX_FINGERPRINT and all(e.get(k) is not None for k in needed)]
 
 
 def fingerprint_table(prints) -> List[dict]:
@@ -56,11 +58,11 @@ def divergence(prints) -> dict:
     for (pp, dp, role, step, slot), by_rank in sorted(groups.items(), key=lambda kv: str(kv[0])):
         if len(by_rank) < 2:
             continue
-        if len({e["tokens"] for e in by_rank.values()}) > 1:
+        if len({e.get("tokens") for e in by_rank.values()}) > 1:
             skipped.add("ranks with different token counts at the same step (token scattering) are not compared")
             continue
         compared += 1
-        disagreement = rank_disagreement({r: (e["rms"], e["signature"]) for r, e in by_rank.items()})
+        disagreement = rank_disagreement({r: (e["rms"], e.get("signature") or []) for r, e in by_rank.items()})
         if disagreement is None or (role, slot) in reported:
             continue
         reported.add((role, slot))
