@@ -39,8 +39,10 @@ def runs(tiny_checkpoint, tmp_path_factory):
     try:
         probed_out = [probed.generate(p, max_new_tokens=8) for p in PROMPTS]
         time.sleep(1.0)
-        probed_out.append(probed.generate(PROMPTS[0], max_new_tokens=4))  # after the summary interval
-        metrics = probed.metrics_text()
+        last = probed.generate_raw(PROMPTS[0], max_new_tokens=4)  # after the summary interval
+        probed_out.append(list(last["output_ids"]))
+        request_ids = [last["meta_info"]["id"]]
+        metrics = probed.flushed_metrics_text()
         server_pid = probed.proc.pid
         server_log = probed.log_text()
     finally:
@@ -48,7 +50,7 @@ def runs(tiny_checkpoint, tmp_path_factory):
     stopped = not probed.is_running() and not plain.is_running()
     return dict(stopped=stopped, plain=plain_out, probed=probed_out, metrics=metrics, events=read_events([log_dir]),
                 server_pid=server_pid, config=config, server_log=server_log, log_dir=log_dir,
-                census=_read_census(census_dir), dump_dir=dump_dir)
+                census=_read_census(census_dir), dump_dir=dump_dir, request_ids=request_ids)
 
 
 def _read_census(directory):
@@ -181,3 +183,38 @@ def test_dumps_from_a_real_server_hold_what_the_readme_says(runs, tiny_checkpoin
                 compared += 1
             start += n
     assert compared >= 2  # the first prompt, prefilled in two chunks
+
+
+def _runs_of(ids, n=3):
+    return {tuple(ids[i:i + n]) for i in range(len(ids) - n + 1)}
+
+
+def _int_lists(value):
+    """Every list of integers anywhere in a decoded JSON value."""
+    if isinstance(value, list):
+        if value and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            yield value
+        for v in value:
+            yield from _int_lists(v)
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _int_lists(v)
+
+
+def test_no_token_ids_or_request_ids_in_probe_logs_or_metrics(runs):
+    """No probe log line and no metric carries the prompts' token ids (any three in a row) or SGLang's request ids
+    (this server also writes dumps, which do hold token ids: as files, opt-in; their events carry paths only). The
+    server runs with --skip-tokenizer-init, so there is no prompt text to look for beyond the ids."""
+    prompt_runs = set().union(*(_runs_of(list(p)) for p in PROMPTS))
+    assert runs["events"]
+    for event in runs["events"]:
+        for ints in _int_lists(event):
+            assert not (_runs_of(ints) & prompt_runs), (event["event"], ints)
+        text = json.dumps(event)
+        assert not [rid for rid in runs["request_ids"] if rid in text], event["event"]
+    probe_lines = [line for line in runs["metrics"].splitlines() if "eagle_probe_" in line]
+    assert probe_lines
+    for rid in runs["request_ids"]:
+        assert rid not in "\n".join(probe_lines)
+    for line in probe_lines:  # labels are bounded: no label value carries a token sequence
+        assert not any(",".join(map(str, r)) in line for r in prompt_runs)
