@@ -28,3 +28,8 @@ def parallel():
 def spec():
     """The speculative settings (speculative_num_steps, ...), or None."""
     return _published("get_spec")
+
+
+def server_args():
+    """The launch's ServerArgs (0.5.14+: runtime_context.get_server_args), or None."""
+    return _published("get_server_args")

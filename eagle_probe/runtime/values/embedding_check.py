@@ -11,18 +11,24 @@ import os
 import sys
 from typing import Optional, Tuple
 
+from ..context import sglang_context
+
 EMBED_NAMES = ("model.embed_tokens.weight", "embed_tokens.weight")
 SAMPLED_ROWS = 256
 
 
 def target_model_path() -> Optional[str]:
-    """The served target's checkpoint directory, from SGLang's global server args (None if not published)."""
-    module = sys.modules.get("sglang.srt.server_args")
-    getter = getattr(module, "get_global_server_args", None)
-    try:
-        path = getter().model_path if getter is not None else None
-    except Exception:
-        return None
+    """The served target's checkpoint directory (ServerArgs.model_path; the draft's is another field), from SGLang's
+    published runtime context, or its global server args before 0.5.14 (None if neither is published)."""
+    args = sglang_context.server_args()
+    if args is None:
+        module = sys.modules.get("sglang.srt.server_args")
+        getter = getattr(module, "get_global_server_args", None)
+        try:
+            args = getter() if getter is not None else None
+        except Exception:  # 0.5.23 keeps the name only to raise a migration error
+            args = None
+    path = getattr(args, "model_path", None)
     return path if isinstance(path, str) else None
 
 
