@@ -245,6 +245,21 @@ def test_map_probe_per_position_counters_match_construction(map_runs, key):
     assert [counters[k] for k in range(NUM_STEPS)] == expected["per_position"]
 
 
+def test_map_draft_embedding_measured_equal_to_the_targets_is_no_finding(map_runs):
+    """The map draft carries the target's own embedding (as drafts trained with the frozen embedding do): the probe
+    reads sampled rows of the target checkpoint, measures 0 and says nothing; a random draft's own differs."""
+    [loaded] = _events(map_runs["root"], "map", "eagle_probe.draft.loaded")
+    assert loaded["embed_in_checkpoint"] and loaded["embed_rel_diff"] == 0.0
+    assert "sampled rows" in loaded["embed_compare"]
+    assert not [f for f in _findings(map_runs["root"], "map") if f["code"] == "draft_embedding_replaced"]
+
+
+def test_random_draft_own_embedding_is_a_measured_warning(random_runs):
+    [found] = [f for f in _findings(random_runs["root"], "random-spec") if f["code"] == "draft_embedding_replaced"]
+    assert found["severity"] == "warning" and found["evidence"]["embed_rel_diff"] > 0.1
+    assert "relative difference" in found["message"]
+
+
 def test_map_probe_acceptance_event(map_runs):
     events = _events(map_runs["root"], "map", "eagle_probe.acceptance")
     assert events
