@@ -1,12 +1,18 @@
-"""Reading the probe's dump files (README: "Dump files"), for the offline commands. A file that is not a readable
-dump is named with what is wrong, never a traceback."""
+"""Reading the probe's dump files (README: "Dump files"): the one reader `replay` and `parity` share, with one set of
+checks. A file that is not a usable dump raises DumpError naming the file and what is wrong, never a traceback."""
 
 import json
 import os
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
-from ..runtime.values.dumps import FORMAT_KEY, FORMAT_VERSION, LAYER_PREFIX, META_KEY, REQUIRED, SUFFIX
+from ..runtime.values.dumps import (AUX, FINAL, FORMAT_KEY, FORMAT_VERSION, INPUT_IDS, LAYER_PREFIX, META_KEY,
+                                    POSITIONS, REQUIRED, SUFFIX)
+from .safetensors_io import open_safetensors, read_tensor
+
+SEQ_LENS, PREFIX_LENS = "extend_seq_lens", "extend_prefix_lens"
+NO_DUMPS_HINT = ("the probe writes them when EAGLE_PROBE_DUMP_DIR is set (EAGLE_PROBE_DUMP_LAYERS=all for replay "
+                 "--search and parity's best matches)")
 
 
 class DumpError(ValueError):
@@ -17,90 +23,146 @@ class DumpError(ValueError):
 class Dump:
     path: str
     meta: dict
-    tensors: Dict[str, object]  # name -> torch.Tensor
+    tensors: Dict[str, object]  # name -> torch.Tensor: the required ones and the extend lengths when present
+    layers: Dict[int, object]  # HF index -> [T, H] (all-layer dumps, when read)
+    layer_indices: List[int]  # the hidden_states.I this file holds, read or not
+    hf_indices: Tuple[int, ...]  # per aux slot, as served
+    num_layers: int
+    requests: List[Tuple[int, int, int]]  # (first row, end row, tokens cached before the first row) per request
+
+    @property
+    def rows(self) -> int:
+        return int(self.tensors[INPUT_IDS].shape[0])
 
     @property
     def hidden_size(self) -> int:
-        return int(self.tensors["final_hidden_state"].shape[-1])
+        return int(self.tensors[FINAL].shape[-1])
 
     @property
     def capture_indices(self) -> List[int]:
         return list(self.meta.get("capture_indices") or [])
 
-    def layer(self, index: int):
-        """HF hidden_states[index] of this forward, or None when the dump does not hold it."""
-        return self.tensors.get(f"{LAYER_PREFIX}{index}")
-
-    def layer_indices(self) -> List[int]:
-        return sorted(int(name[len(LAYER_PREFIX):]) for name in self.tensors if name.startswith(LAYER_PREFIX))
-
-    def requests(self) -> List[Tuple[int, int, int]]:
-        """(first row, end row, tokens cached before the first row) per request in this forward."""
-        rows = int(self.tensors["input_ids"].shape[0])
-        lens = self.tensors.get("extend_seq_lens")
-        prefixes = self.tensors.get("extend_prefix_lens")
-        if lens is None:
-            return [(0, rows, 0)]
-        out, start = [], 0
-        for i, n in enumerate(lens.tolist()):
-            out.append((start, start + int(n), int(prefixes[i]) if prefixes is not None else 0))
-            start += int(n)
-        return out
-
 
 @dataclass
 class DumpSet:
+    directory: str
     dumps: List[Dump] = field(default_factory=list)
     skipped: List[Tuple[str, str]] = field(default_factory=list)  # (path, why)
 
 
-def read_dump(path: str) -> Dump:
-    try:
-        from safetensors import SafetensorError, safe_open
-    except ImportError:  # older safetensors spell it differently
-        from safetensors import safe_open
-        SafetensorError = Exception
-    try:
-        with safe_open(path, "pt") as handle:
-            header = handle.metadata() or {}
-            tensors = {name: handle.get_tensor(name) for name in handle.keys()}
-    except (OSError, SafetensorError, ValueError, RuntimeError) as exc:
-        raise DumpError(f"{path}: not a readable safetensors file ({type(exc).__name__}: {exc})") from None
+def _meta(header: dict, path: str) -> dict:
     if header.get(FORMAT_KEY) != FORMAT_VERSION:
-        raise DumpError(f"{path}: not an eagle-probe dump (no {FORMAT_KEY}={FORMAT_VERSION} in its metadata)")
+        raise DumpError(f"dump {path}: not an eagle-probe dump (its metadata has no {FORMAT_KEY} = {FORMAT_VERSION})")
     try:
-        meta = json.loads(header.get(META_KEY, ""))
+        meta = json.loads(header.get(META_KEY) or "")
     except json.JSONDecodeError as exc:
-        raise DumpError(f"{path}: its eagle_probe.meta metadata is not JSON ({exc})") from None
-    missing = [name for name in REQUIRED if name not in tensors]
-    if missing:
-        raise DumpError(f"{path}: lacks the tensors {', '.join(missing)}")
-    rows = {name: int(tensors[name].shape[0]) for name in REQUIRED}
-    if len(set(rows.values())) != 1:
-        raise DumpError(f"{path}: tensors disagree on the number of tokens ({rows})")
-    hidden = int(tensors["final_hidden_state"].shape[-1])
-    if tensors["aux_hidden_states"].shape[-1] % hidden:
-        raise DumpError(f"{path}: aux width {tensors['aux_hidden_states'].shape[-1]} is not a multiple of the hidden "
-                        f"size {hidden}")
-    return Dump(path, meta, tensors)
+        raise DumpError(f"dump {path}: its {META_KEY} metadata is not JSON ({exc})") from None
+    if not isinstance(meta, dict):
+        raise DumpError(f"dump {path}: its {META_KEY} metadata is not a JSON object")
+    return meta
 
 
-def read_dump_dir(directory: str, limit: Optional[int] = None) -> DumpSet:
-    """Every dump under `directory` (sorted by name); unreadable files are listed as skipped."""
-    if not os.path.isdir(directory):
-        raise DumpError(f"{directory}: not a directory")
+def _int_list(meta: dict, key: str, path: str) -> Tuple[int, ...]:
+    value = meta.get(key)
+    if not isinstance(value, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in value):
+        raise DumpError(f"dump {path}: metadata '{key}' is {value!r}, expected a list of integers")
+    return tuple(value)
+
+
+def _layer_index(name: str, path: str) -> int:
+    suffix = name[len(LAYER_PREFIX):]
+    if not suffix.isdigit():
+        raise DumpError(f"dump {path}: tensor {name} is not named {LAYER_PREFIX}<index>")
+    return int(suffix)
+
+
+def _requests(tensors: dict, rows: int, path: str) -> List[Tuple[int, int, int]]:
+    lens = tensors.get(SEQ_LENS)
+    if lens is None:
+        return [(0, rows, 0)]
+    values = [int(v) for v in lens.reshape(-1).tolist()]
+    if any(v < 0 for v in values) or sum(values) != rows:
+        raise DumpError(f"dump {path}: {SEQ_LENS} {values} do not add up to its {rows} rows")
+    prefixes = tensors.get(PREFIX_LENS)
+    cached = [int(v) for v in prefixes.reshape(-1).tolist()] if prefixes is not None else [0] * len(values)
+    if len(cached) != len(values):
+        raise DumpError(f"dump {path}: {PREFIX_LENS} has {len(cached)} entries, {SEQ_LENS} {len(values)}")
+    out, start = [], 0
+    for n, before in zip(values, cached):
+        out.append((start, start + n, before))
+        start += n
+    return out
+
+
+def _check_shapes(tensors: dict, hf_indices: Tuple[int, ...], path: str) -> None:
+    shapes = {name: list(tensors[name].shape) for name in REQUIRED}
+    if tensors[INPUT_IDS].dim() != 1 or tensors[POSITIONS].dim() != 1:
+        raise DumpError(f"dump {path}: {INPUT_IDS} and {POSITIONS} must be 1-D: {shapes}")
+    if tensors[AUX].dim() != 2 or tensors[FINAL].dim() != 2:
+        raise DumpError(f"dump {path}: {AUX} and {FINAL} must be 2-D: {shapes}")
+    if len({shape[0] for shape in shapes.values()}) != 1:
+        raise DumpError(f"dump {path}: tensors disagree on the number of rows: {shapes}")
+    hidden, width = shapes[FINAL][1], shapes[AUX][1]
+    if width != len(hf_indices) * hidden:
+        raise DumpError(f"dump {path}: {AUX} is {width} wide, but its metadata names {len(hf_indices)} slots "
+                        f"{list(hf_indices)} of hidden size {hidden} ({len(hf_indices) * hidden})")
+
+
+def read_dump(path: str, layers: bool = True) -> Dump:
+    """One dump file, checked; `layers=False` leaves the hidden_states.I tensors on disk."""
+    with open_safetensors(path, "dump", DumpError) as handle:
+        names = set(handle.keys())
+        meta = _meta(handle.metadata() or {}, path)
+        missing = [name for name in REQUIRED if name not in names]
+        if missing:
+            raise DumpError(f"dump {path}: lacks the tensor(s) {', '.join(missing)}")
+        layer_names = {_layer_index(n, path): n for n in names if n.startswith(LAYER_PREFIX)}
+        def tensor(name):
+            return read_tensor(handle, path, name, "dump", DumpError)
+
+        tensors = {name: tensor(name) for name in REQUIRED + (SEQ_LENS, PREFIX_LENS) if name in names}
+        hf_indices = _int_list(meta, "hf_indices", path)
+        _check_shapes(tensors, hf_indices, path)
+        rows, hidden = int(tensors[INPUT_IDS].shape[0]), int(tensors[FINAL].shape[1])
+        held = {index: tensor(layer_names[index]) for index in sorted(layer_names)} if layers else {}
+    for index, tensor in held.items():
+        if list(tensor.shape) != [rows, hidden]:
+            raise DumpError(f"dump {path}: {layer_names[index]} is {list(tensor.shape)}, expected [{rows}, {hidden}]")
+    num_layers = meta.get("num_layers")
+    if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 1:
+        raise DumpError(f"dump {path}: metadata 'num_layers' is {num_layers!r}, expected an integer >= 1")
+    return Dump(path, meta, tensors, held, sorted(layer_names), hf_indices, num_layers,
+                _requests(tensors, rows, path))
+
+
+def dump_paths(path: str) -> Tuple[str, List[str]]:
+    """(directory, dump files sorted by name) for a dump directory or a single dump file."""
+    if os.path.isfile(path):
+        return os.path.dirname(path) or ".", [path]
+    if not os.path.isdir(path):
+        raise DumpError(f"--dump {path}: no such file or directory")
     try:
-        names = sorted(n for n in os.listdir(directory) if n.endswith(SUFFIX))
+        names = sorted(n for n in os.listdir(path) if n.endswith(SUFFIX))
     except OSError as exc:
-        raise DumpError(f"{directory}: cannot be listed ({exc.strerror})") from None
-    found = DumpSet()
-    for name in names[:limit]:
-        path = os.path.join(directory, name)
+        raise DumpError(f"--dump {path}: cannot be listed ({exc.strerror or exc})") from None
+    if not names:
+        raise DumpError(f"--dump {path}: no dump files (*{SUFFIX}) in this directory; {NO_DUMPS_HINT}")
+    return path, [os.path.join(path, name) for name in names]
+
+
+def read_dump_dir(path: str, layers: bool = True, strict: bool = False, limit: Optional[int] = None) -> DumpSet:
+    """Every dump under `path` (a directory, or one file). `strict`: the first unusable file is the error;
+    otherwise unusable files are listed as skipped, and only a set with no usable dump is an error."""
+    directory, files = dump_paths(path)
+    found = DumpSet(directory)
+    for file in files[:limit]:
         try:
-            found.dumps.append(read_dump(path))
+            found.dumps.append(read_dump(file, layers=layers))
         except DumpError as exc:
-            found.skipped.append((path, str(exc)))
+            if strict:
+                raise
+            found.skipped.append((file, str(exc)))
     if not found.dumps:
-        why = "; ".join(reason for _, reason in found.skipped[:3]) or f"no *{SUFFIX} files"
-        raise DumpError(f"{directory}: no readable eagle-probe dumps ({why})")
+        why = "; ".join(reason for _, reason in found.skipped[:3])
+        raise DumpError(f"--dump {path}: no readable eagle-probe dumps ({why})")
     return found

@@ -72,10 +72,10 @@ def compare(samples, dumps) -> dict:
     unmatched, capture = 0, None
     for dump in dumps:
         if dump.hidden_size != hidden:
-            raise DumpError(f"{dump.path}: hidden size {dump.hidden_size}, the training data's is {hidden}")
+            raise DumpError(f"dump {dump.path}: hidden size {dump.hidden_size}, the training data's is {hidden}")
         capture = capture or dump.capture_indices
         aux = dump.tensors["aux_hidden_states"].float()
-        for start, end, _ in dump.requests():
+        for start, end, _ in dump.requests:
             ids, positions = dump.tensors["input_ids"][start:end].long(), dump.tensors["positions"][start:end].long()
             sample = _match(samples, ids, positions)
             if sample is None:
@@ -83,8 +83,8 @@ def compare(samples, dumps) -> dict:
                 continue
             served_rows.append(aux[start:end])
             train_rows.append(sample.aux_hidden_state[positions].float())
-            for index in dump.layer_indices():
-                layer_rows.setdefault(index, []).append(dump.layer(index)[start:end].float())
+            for index, states in dump.layers.items():
+                layer_rows.setdefault(index, []).append(states[start:end].float())
     report = {"samples": len(samples), "dumps": len(dumps), "positions_matched": sum(r.shape[0] for r in served_rows),
               "requests_unmatched": unmatched, "tolerance": {"rel_diff": REL_DIFF_TOLERANCE}, "slots": [],
               "served_capture_indices": capture}
@@ -173,7 +173,7 @@ def run(args) -> int:
         print(f"eagle-probe parity: {exc}", file=sys.stderr)
         return 2
     report["skipped"] = [{"path": p, "why": w} for p, w in data.skipped + dumps.skipped]
-    num_layers = next((d.meta.get("num_layers") for d in dumps.dumps), None)
+    num_layers = dumps.dumps[0].num_layers
     found = findings(report, num_layers)
     report["findings"] = [{"code": f.code, "severity": f.severity, "message": f.message,
                            "evidence": f.evidence_dict()} for f in found]

@@ -24,6 +24,7 @@ def cmd_replay(args) -> int:
     except ImportError as exc:
         print(f"eagle-probe replay: needs torch and safetensors in this environment ({exc})", file=sys.stderr)
         return 2
+    from ..dump_files import DumpError
     from .run import render_text, replay
     from .spec import ReplayInputError
 
@@ -32,7 +33,7 @@ def cmd_replay(args) -> int:
         result = replay(args.draft, args.target, args.dump, do_search=args.search, device_name=args.device,
                         draft_embedding=args.draft_embedding, wirings=args.wiring or (),
                         sglang_version=args.sglang_version)
-    except ReplayInputError as exc:
+    except (ReplayInputError, DumpError) as exc:
         print(f"eagle-probe replay: {exc}", file=sys.stderr)
         return 2
     except (MemoryError, torch.OutOfMemoryError) as exc:

@@ -6,6 +6,7 @@ import json
 import os
 from typing import Dict, List, Optional, Tuple
 
+from .. import safetensors_io
 from .spec import ReplayInputError
 
 INDEX = "model.safetensors.index.json"
@@ -39,29 +40,12 @@ def model_dir(path: str, what: str) -> str:
     return path
 
 
-def _safetensors_error():
-    try:
-        from safetensors import SafetensorError
-        return SafetensorError
-    except ImportError:  # pragma: no cover - older safetensors
-        return Exception
-
-
 def open_safetensors(path: str, what: str):
-    from safetensors import safe_open
-    try:
-        return safe_open(path, "pt")
-    except (OSError, ValueError, RuntimeError, _safetensors_error()) as exc:
-        raise ReplayInputError(f"{what} {path}: not a readable safetensors file ({type(exc).__name__}: {exc})") \
-            from None
+    return safetensors_io.open_safetensors(path, what, ReplayInputError)
 
 
 def read_tensor(handle, path: str, name: str, what: str):
-    try:
-        return handle.get_tensor(name)
-    except (OSError, ValueError, RuntimeError, _safetensors_error()) as exc:
-        raise ReplayInputError(f"{what} {path}: tensor {name} cannot be read ({type(exc).__name__}: {exc}); "
-                               f"the file is truncated or corrupt") from None
+    return safetensors_io.read_tensor(handle, path, name, what, ReplayInputError)
 
 
 def weight_files(directory: str, what: str) -> Tuple[Dict[str, str], List[str]]:
