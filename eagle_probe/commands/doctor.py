@@ -17,6 +17,7 @@ from ..analysis.config_rules import (EAGLE, EAGLE3, DraftSpec, LaunchSpec, Targe
 from ..analysis.findings import ERROR
 from ..analysis import layers
 from ..analysis.layers import TRAINED_LAYERS_HELP, capture_label
+from .output import emit, finding_line, fix_lines
 from ..versions import (SUPPORTED_RANGE_TEXT, installed_sglang_version, is_supported, parse_version,
                        rules_for)
 
@@ -355,18 +356,13 @@ def render_text(result: dict) -> str:
                        + ", ".join(f"{s['capture_index']} ({s['label']})" for s in p["lost"]))
     fix = result["fix"]
     if fix:
-        if fix["ids"] is not None:
-            out.append(f"to capture the trained layers: eagle_aux_hidden_state_layer_ids = {fix['ids']}")
-        else:
-            out.append(f"to capture the trained layers: impossible in this release: {fix['impossible']}")
-        for note in fix["notes"]:
-            out.append(f"  but: {note}")
+        out += fix_lines("to capture the trained layers", fix["ids"], fix["impossible"], fix["notes"])
     for note in result["notes"]:
         out.append(f"note: {note}")
     if not result["findings"]:
         out.append("findings: none")
     for f in result["findings"]:
-        out.append(f"{f['severity'].upper()} {f['code']}: {f['message']}")
+        out.append(finding_line(f))
     errors = sum(1 for f in result["findings"] if f["severity"] == ERROR)
     out.append(f"result: {errors} error(s), {len(result['findings']) - errors} warning(s)")
     return "\n".join(out)
@@ -379,11 +375,7 @@ def cmd_doctor(args) -> int:
     except DoctorInputError as exc:
         print(f"eagle-probe doctor: {exc}", file=sys.stderr)
         return 2
-    if args.format == "json":
-        print(json.dumps(result, indent=2, default=str))
-    else:
-        print(render_text(result))
-    return result["exit_status"]
+    return emit(result, args.format, render_text)
 
 
 def add_parser(sub) -> None:

@@ -18,6 +18,7 @@ from typing import Dict, List, Optional
 from ..analysis.findings import aux_value_mismatch_finding
 from ..analysis.layers import capture_label
 from .dump_files import DumpError, read_dump_dir
+from .output import finding_line
 from .specforge_data import DataError, read_samples
 
 # Training features are prefill without CUDA graphs; served prefill may run other kernels or batch shapes: close,
@@ -150,7 +151,7 @@ def render(report: dict, found: list) -> str:
                                                       f"(rel_diff {e['best_rel_diff']:.3g})")
         lines.append(f"  slot {e['slot']}{served} {verdict}{numbers}{best}")
     for finding in found:
-        lines.append(f"{finding.severity.upper()} {finding.code}: {finding.message}")
+        lines.append(finding_line(finding))
     if not report["positions_matched"]:
         lines.append("no served tokens match a training sample: serve the samples' input ids (--server) with "
                      "--disable-radix-cache and EAGLE_PROBE_DUMP_EVERY=1")

@@ -11,7 +11,6 @@ torch draft), dumps (dump files -> rows), evaluate (agreement per wiring), run (
 Exit status: 0, or 2 for bad input (the message names the file and what is wrong).
 """
 
-import json
 import sys
 
 HELP = "replay the EAGLE-3 draft on the probe's dumps: position-0 agreement per wiring, --search for the trained layers"
@@ -25,6 +24,7 @@ def cmd_replay(args) -> int:
         print(f"eagle-probe replay: needs torch and safetensors in this environment ({exc})", file=sys.stderr)
         return 2
     from ..dump_files import DumpError
+    from ..output import emit
     from .run import render_text, replay
     from .spec import ReplayInputError
 
@@ -39,11 +39,7 @@ def cmd_replay(args) -> int:
     except (MemoryError, torch.OutOfMemoryError) as exc:
         print(f"eagle-probe replay: out of memory ({exc}); use fewer dump files or --device cuda", file=sys.stderr)
         return 2
-    if args.format == "json":
-        print(json.dumps(result, indent=2, default=str))
-    else:
-        print(render_text(result))
-    return result["exit_status"]
+    return emit(result, args.format, render_text)
 
 
 def add_parser(sub) -> None:

@@ -12,6 +12,7 @@ from ...analysis.findings import trained_layers_inferred_finding
 from ...analysis.layers import capture_label
 from ...analysis.wiring_search import EXHAUSTIVE_LIMIT, Candidate, SearchResult, choose, count_wirings, search
 from ...versions import installed_sglang_version, parse_version, rules_for
+from ..output import finding_line, fix_lines
 from .checkpoints import target_head_and_embedding
 from .draft import TorchDraft, load_torch_draft
 from .dumps import DumpRows, read_dumps
@@ -233,17 +234,12 @@ def render_text(r: dict, top: int = 10) -> str:
             + ("" if c["reachable"] else " (unreachable)") for c in ties[:top]))
     b = r["best"]
     out.append(f"best    {_wiring(b)} ({'; '.join(b['labels'])}): {_score(b)}")
-    if b["ids"] is not None:
-        out.append(f"to capture it: eagle_aux_hidden_state_layer_ids = {b['ids']}")
-    else:
-        out.append(f"to capture it: impossible on this release: {b['unreachable']}")
-    for note in b["fix_notes"]:
-        out.append(f"  but: {note}")
+    out += fix_lines("to capture it", b["ids"], b["unreachable"], b["fix_notes"])
     if r["top"]["hf_indices"] != b["hf_indices"]:
         out.append(f"  (the top candidate {_wiring(r['top'])} scores {r['top']['accuracy']:.3f} but cannot be "
                    f"captured on this release; {_wiring(b)} is the best near-tie that can)")
     for note in r["notes"]:
         out.append(f"note: {note}")
     f = r["finding"]
-    out.append(f"{f['severity'].upper()} {f['code']}: {f['message']}")
+    out.append(finding_line(f))
     return "\n".join(out)

@@ -12,6 +12,7 @@ from typing import Dict, List
 from ...analysis.findings import tp_rank_divergence_finding
 from ...analysis.fingerprints import rank_disagreement
 from ...events import AUX_FINGERPRINT
+from ..output import finding_line
 
 PLAIN_TP = ("plain tensor parallelism: these ranks replicate the hidden states after each all-reduce, so they "
             "must hold the same aux states for the same tokens.")
@@ -95,7 +96,7 @@ def render_values_text(section: dict) -> List[str]:
     lines.append(f"  ranks compared at {section['compared']} (step, slot) pairs"
                  + ("; " + "; ".join(section["not_compared"]) if section["not_compared"] else ""))
     for f in section["findings"]:
-        lines.append(f"  {f['severity'].upper()} {f['code']}: {f['message']}")
+        lines.append("  " + finding_line(f))
     if section["compared"] and not section["findings"]:
         lines.append("  all compared ranks agree within the tolerance")
     return lines

@@ -1,0 +1,24 @@
+"""How the commands print what they found: one JSON object or text, a finding as one line, the ids that fix a
+wiring. One place, so `doctor`, `replay`, `parity` and `summarize` say the same thing the same way."""
+
+import json
+from typing import Callable, List, Optional
+
+
+def emit(result: dict, fmt: str, render_text: Callable[[dict], str]) -> int:
+    """Print `result` as one JSON object (--format json) or as text; the command's exit status."""
+    print(json.dumps(result, indent=2, default=str) if fmt == "json" else render_text(result))
+    return result["exit_status"]
+
+
+def finding_line(finding) -> str:
+    """A finding (a dict, or analysis' Finding) as "SEVERITY code: message"."""
+    get = finding.get if isinstance(finding, dict) else lambda key: getattr(finding, key)
+    return f"{get('severity').upper()} {get('code')}: {get('message')}"
+
+
+def fix_lines(goal: str, ids: Optional[list], impossible: Optional[str], notes: List[str]) -> List[str]:
+    """The draft-config ids that reach a wiring on this release, or why none can, and the caveats."""
+    head = (f"{goal}: eagle_aux_hidden_state_layer_ids = {ids}" if ids is not None
+            else f"{goal}: impossible in this release: {impossible}")
+    return [head] + [f"  but: {note}" for note in notes]
