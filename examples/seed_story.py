@@ -16,26 +16,21 @@ target agree with each other and are both wrong.
 Run:  .venv/bin/python examples/seed_story.py [--out out/example]
 """
 
-import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-
-from eagle_probe.bootstrap import BOOTSTRAP_DIR  # noqa: E402
-from eagle_probe.commands.summarize.logread import read_events  # noqa: E402
-from sglang_cpu import seed  # noqa: E402
+from example_common import ROOT, eagle_probe_command, parse_args  # first: it puts the checkout on sys.path
+from eagle_probe.bootstrap import BOOTSTRAP_DIR
+from eagle_probe.commands.summarize.logread import read_events
+from sglang_cpu import seed
 
 WRONG_IDS = list(seed.WRONG_IDS)
 
 
 def probe_cli(*args):
-    exe = os.path.join(os.path.dirname(sys.executable), "eagle-probe")
-    command = ([exe] if os.path.exists(exe) else [sys.executable, "-m", "eagle_probe"]) + [str(a) for a in args]
+    command = eagle_probe_command() + [str(a) for a in args]
     print("$ eagle-probe " + " ".join(str(a) for a in args), flush=True)
     return subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
 
@@ -85,13 +80,8 @@ def show_acceptance(run, title):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", default=os.path.join(ROOT, "out", "example"))
-    parser.add_argument("--start-timeout", type=float, default=900)
-    args = parser.parse_args()
-    out = os.path.abspath(args.out)
-    shutil.rmtree(out, ignore_errors=True)
-    os.makedirs(out)
+    args = parse_args(__doc__)
+    out = args.out
 
     print("==== 1. the seed: a draft whose config names the wrong layers ====")
     wrong = seed.write_draft_copy(os.path.join(out, "draft-as-shipped"), WRONG_IDS)

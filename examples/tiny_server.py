@@ -12,40 +12,27 @@
 Run:  .venv/bin/python examples/tiny_server.py [--out out/example]
 """
 
-import argparse
 import os
-import shutil
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-
-from eagle_probe.commands.summarize.logread import read_events  # noqa: E402
-from eagle_probe.commands.summarize.report import build_report, render_text  # noqa: E402
+from example_common import eagle_probe_command, parse_args  # first: it puts the checkout on sys.path
+from eagle_probe.commands.summarize.logread import read_events
+from eagle_probe.commands.summarize.report import build_report, render_text
 
 # The draft's per-token accuracy as "training" would report it: the probe compares observed acceptance with
 # the length it implies (EAGLE_PROBE_DRAFT_ACCURACY); this draft is built to fall short of it.
 CLAIMED_DRAFT_ACCURACY = "0.9"
 
 
-def eagle_probe_command():
-    exe = os.path.join(os.path.dirname(sys.executable), "eagle-probe")
-    return [exe] if os.path.exists(exe) else [sys.executable, "-m", "eagle_probe"]
-
-
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", default=os.path.join(ROOT, "out", "example"))
-    parser.add_argument("--start-timeout", type=float, default=900)
-    args = parser.parse_args()
+    args = parse_args(__doc__)
 
     from sglang_cpu.draft_models import build_case
     from sglang_cpu.server import SGLangServer
     from sglang_cpu.spec_shims import SPEC_ENV
 
-    out = os.path.abspath(args.out)
+    out = args.out
     log_dir = os.path.join(out, "probe-logs")
-    shutil.rmtree(out, ignore_errors=True)
     print(f"building a tiny DeepSeek-V3 target and an EAGLE-3 draft under {out}", flush=True)
     case = build_case(os.path.join(out, "models"), "map")
 
