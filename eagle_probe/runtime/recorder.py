@@ -25,7 +25,7 @@ from .acceptance_monitor import AcceptanceMonitor, counts_since
 from .flusher import PeriodicFlusher
 from .observations import (AuxFingerprint, CaptureConfigured, DraftForward, DraftLoaded, Ranks, TargetForward,
                            VerifyStep)
-from .values.dumps import DumpPlanner, DumpWriter
+from .values.dumps import STOP_REASONS, DumpPlanner, DumpWriter
 from .values.sampler import FingerprintSampler
 
 SELF_FED_DRAFT_MODES = ("DECODE", "IDLE")
@@ -372,10 +372,8 @@ class Recorder:
 
     def dump_stopped(self, reason: str, error: str):
         """From the dump writer (or the planner): dumps stop for good in this process; the server goes on."""
-        why = {"cap": "the directory reached EAGLE_PROBE_DUMP_MAX_MB", "full": "the filesystem is full",
-               "unwritable": "the directory cannot be written", "error": "an error inside the dump writer"}
         self._emit("warning", DUMP_STOPPED, reason=reason, error=error, directory=self.config.dump_dir,
-                   message=f"dumps stopped: {why.get(reason, reason)} ({error}); the server is not affected")
+                   message=f"dumps stopped: {STOP_REASONS.get(reason, reason)} ({error}); the server is not affected")
         self._metric("dump_stopped", reason)
 
     def dump_skipped(self, reason: str):

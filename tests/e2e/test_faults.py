@@ -10,7 +10,9 @@ that fills up. Three servers, faults that would hide each other in different one
 
 - A: eleven probe functions failing at once, counted at twelve sites (--enable-metrics, logs work), then
   PROMETHEUS_MULTIPROC_DIR removed;
-- B: the log directory unusable (every log line fails) plus three more probe functions, judged from /metrics;
+- B: the log directory unusable (every log line fails) plus three more probe functions, and, once it is up, every
+  server process put under a file size limit (RLIMIT_FSIZE, as `prlimit --fsize` sets it) that one all-layer dump
+  exceeds, judged from /metrics;
 - C: the metrics port taken (no --enable-metrics) and a dump directory capped at 8 KB, judged from the logs; stopped
   by SIGTERM to the launcher alone (as `docker stop` does), so the last counts come from the exit flush.
 
@@ -21,15 +23,17 @@ SGLang's per-request meta_info.
 
 import os
 import re
+import resource
 import shutil
 import signal
 import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import psutil
 import pytest
 
-from sglang_cpu.draft_models import build_case
+from sglang_cpu.draft_models import build_case, map_draft, map_target, simulate_chain
 
 from .conftest import (SGLANG_WARMUP, construction_counts, counts_delta, internal_errors, metric_samples,
                        probe_events, server_processes, settled_probe_counts, sglang_spec_counts, start_spec_server)
@@ -56,6 +60,11 @@ FAULTS_B = {
     "integrations.acceptance._record:2": {"acceptance.resolve_spec_v2_tokens": 2},  # in SGLang's warm-up
 }
 DUMP_CAP_MB = 0.008  # 8388 bytes: the warm-up's 3-token dump (about 4 KB) fits, the next ones reach the cap
+# Server B: RLIMIT_FSIZE set in every process after start-up (SGLang's start-up compiles kernels with g++, which a
+# limit this low kills; its own log is about 32 KB); an all-layer dump of this target takes about 2.6 KB a token, so
+# the case's prompts fit and the 300-token one does not
+FILE_SIZE_LIMIT = 512 * 1024
+LONG_PROMPT = ([(7 * i + 3) % 256 for i in range(300)], 2)
 
 
 def _expected_wheres(faults):
@@ -224,23 +233,44 @@ def run_b(root, case):
     with open(blocker, "w", encoding="utf-8") as handle:
         handle.write("a file where the log directory's parent should be\n")
     log_dir = os.path.join(blocker, "probe")
-    env = {"SGLANG_CPU_PROBE_FAULTS": ",".join(FAULTS_B), "EAGLE_PROBE_LOG_DIR": log_dir}
+    dump_dir = os.path.join(root, "dumps-b")
+    env = {"SGLANG_CPU_PROBE_FAULTS": ",".join(FAULTS_B), "EAGLE_PROBE_LOG_DIR": log_dir,
+           "EAGLE_PROBE_DUMP_DIR": dump_dir, "EAGLE_PROBE_DUMP_EVERY": "1", "EAGLE_PROBE_DUMP_LAYERS": "all"}
     t0 = time.monotonic()
     server = start_spec_server(root, "b", case, env)
     try:
+        for process in [psutil.Process(server.proc.pid), *server_processes(server).values()]:
+            resource.prlimit(process.pid, resource.RLIMIT_FSIZE, (FILE_SIZE_LIMIT, FILE_SIZE_LIMIT))
         before = settled_probe_counts(server)
         out = _send(server, case)
         after = settled_probe_counts(server)
+        long = server.generate_raw(LONG_PROMPT[0], max_new_tokens=LONG_PROMPT[1])
+        time.sleep(1.5)  # the writer thread, then the flush
         metrics = server.metrics_text()
         log = server.log_text()
     finally:
         server.stop()
-    return dict(out=out, before=before, after=after, metrics=metrics, log=log, blocker=blocker,
-                seconds=time.monotonic() - t0)
+    return dict(out=out, before=before, after=after, long=long, metrics=metrics, log=log, blocker=blocker,
+                dump_dir=dump_dir, seconds=time.monotonic() - t0)
 
 
 def test_b_tokens_and_sglang_counts_match_construction(run_b, case):
     _assert_construction(case, run_b["out"])
+    expected = simulate_chain(map_target, map_draft, *LONG_PROMPT)
+    assert run_b["long"]["output_ids"] == expected["output_ids"]
+    assert run_b["long"]["meta_info"]["spec_verify_ct"] == expected["verify_ct"]
+
+
+def test_b_file_size_limit_stops_dumps_before_a_partial_file(run_b):
+    # the case's dumps were written; the long prompt's would pass RLIMIT_FSIZE: dumps stop, once, with that reason,
+    # before a byte of it is written (a write past the limit fails with EFBIG in Python, which ignores SIGXFSZ)
+    stopped = dict((labels["reason"], v) for labels, v in metric_samples(run_b["metrics"],
+                                                                         "eagle_probe_dumps_stopped_total"))
+    assert stopped == {"file_size_limit": 1.0}, stopped
+    [(_, written)] = metric_samples(run_b["metrics"], "eagle_probe_dumps_written_total")
+    files = sorted(os.listdir(run_b["dump_dir"]))
+    assert written >= 2 and len(files) == written and not [f for f in files if not f.endswith(".safetensors")]
+    assert max(os.path.getsize(os.path.join(run_b["dump_dir"], f)) for f in files) < FILE_SIZE_LIMIT
 
 
 def test_b_unusable_log_dir_and_faults_counted(run_b):

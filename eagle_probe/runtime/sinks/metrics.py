@@ -12,6 +12,7 @@ from typing import Optional
 from ...analysis.findings import Finding
 from ..context import sglang_context
 from ..observations import Ranks, TargetForward
+from ..values.dumps import STOP_REASONS
 
 RANK_LABELS = ("tp_rank", "pp_rank", "dp_rank")
 
@@ -142,8 +143,8 @@ class MetricsSink:
                               ("role",))
         self.dumps_written = counter("eagle_probe_dumps_written_total", "Dump files written.", ())
         self.dump_bytes = counter("eagle_probe_dump_bytes_total", "Bytes of dump files written.", ())
-        self.dumps_stopped = counter("eagle_probe_dumps_stopped_total", "Dumps stopped for good (cap, full, "
-                                     "unwritable, error).", ("reason",))
+        self.dumps_stopped = counter("eagle_probe_dumps_stopped_total",
+                                     f"Dumps stopped for good ({', '.join(STOP_REASONS)}).", ("reason",))
         self.dumps_skipped = counter("eagle_probe_dumps_skipped_total", "Planned dumps not written (the writer was "
                                      "behind).", ("reason",))
         self.aux_nonfinite = counter("eagle_probe_aux_nonfinite_total", "NaN or Inf values seen in sampled aux "

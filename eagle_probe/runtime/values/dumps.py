@@ -11,9 +11,11 @@ through a temporary name). The directory's total stays under EAGLE_PROBE_DUMP_MA
 unwritable directory stops dumps with one event. The file layout is the README's "Dump files" contract.
 """
 
+import errno
 import json
 import os
 import queue
+import resource
 import socket
 import threading
 import time
@@ -115,6 +117,20 @@ def job_bytes(rows: int, width: int, slots: int, layers: int) -> int:
     return rows * width * (slots + 1 + layers) * 4 + rows * 16
 
 
+def file_size_limit():
+    """The process's RLIMIT_FSIZE soft limit in bytes (None: unlimited). Python ignores SIGXFSZ, so a write past it
+    fails with EFBIG instead of killing the process; the writer checks first so that no partial file is left."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
+# Why dumps stopped for good: the `reason` of eagle_probe.dump.stopped and eagle_probe_dumps_stopped_total.
+STOP_REASONS = {"cap": "the directory reached EAGLE_PROBE_DUMP_MAX_MB", "full": "the filesystem is full",
+                "file_size_limit": "a file would exceed the process's file size limit (RLIMIT_FSIZE)",
+                "unwritable": "the directory cannot be written", "error": "an error inside the dump writer"}
+_ERRNO_REASONS = {errno.ENOSPC: "full", errno.EDQUOT: "full", errno.EFBIG: "file_size_limit"}
+
+
 def directory_bytes(path: str) -> int:
     total = 0
     with os.scandir(path) as entries:
@@ -203,6 +219,11 @@ class DumpWriter:
             self.stop("cap", f"{used + len(payload)} bytes would exceed EAGLE_PROBE_DUMP_MAX_MB "
                              f"({self.max_bytes} bytes); {used} bytes already there")
             return
+        limit = file_size_limit()
+        if limit is not None and len(payload) > limit:
+            self.stop("file_size_limit", f"a {len(payload)}-byte dump exceeds this process's file size limit "
+                                         f"(RLIMIT_FSIZE, ulimit -f: {limit} bytes)")
+            return
         self._sequence += 1
         meta = job.metadata
         name = (f"eagle-probe-dump-{socket.gethostname()}-tp{meta.get('tp_rank')}-{os.getpid()}-"
@@ -219,7 +240,7 @@ class DumpWriter:
                 os.unlink(tmp)
             except OSError:
                 pass
-            self.stop("full" if exc.errno in (28, 122) else "unwritable", f"{type(exc).__name__}: {exc}")
+            self.stop(_ERRNO_REASONS.get(exc.errno, "unwritable"), f"{type(exc).__name__}: {exc}")
             return
         self._on_written(path, len(payload))
 
