@@ -14,8 +14,8 @@ from ..versions import VersionRules
 from .draft_rules import ids_for_capture
 
 Wiring = Tuple[int, ...]
-# evaluate(wirings) -> [(correct, positions)] in the same order
-Evaluate = Callable[[List[Wiring]], List[Tuple[int, int]]]
+# evaluate(wirings) -> [(correct, positions[, mean log-likelihood of the target's token])] in the same order
+Evaluate = Callable[[List[Wiring]], List[tuple]]
 
 EXHAUSTIVE_LIMIT = 512  # search every wiring when there are at most this many ((num indices) ** K)
 MAX_ROUNDS = 50  # coordinate search: a guard; each round that improves raises the accuracy strictly
@@ -42,6 +42,13 @@ class Candidate:
     hf_indices: Wiring
     correct: int
     positions: int
+    log_likelihood: Optional[float] = None  # mean log p(target's token) under the draft; None when not measured
+
+    @property
+    def likelihood_key(self) -> float:
+        """For ordering: higher is better; unmeasured or non-finite sorts last."""
+        value = self.log_likelihood
+        return value if value is not None and math.isfinite(value) else -math.inf
 
     @property
     def accuracy(self) -> float:
@@ -66,16 +73,16 @@ class SearchResult:
     start: Wiring
 
     def ranked(self, prefer: Optional[Wiring] = None) -> List[Candidate]:
-        """Best first: accuracy, then `prefer` (the served wiring), then the lower indices."""
-        return sorted(self.candidates.values(),
-                      key=lambda c: (-c.correct / max(c.positions, 1), c.hf_indices != prefer, c.hf_indices))
+        """Best first: accuracy, then the likelihood, then `prefer` (the served wiring), then the lower indices."""
+        return sorted(self.candidates.values(), key=lambda c: (-c.correct / max(c.positions, 1), -c.likelihood_key,
+                                                               c.hf_indices != prefer, c.hf_indices))
 
 
 def _evaluate_new(wirings: Sequence[Wiring], known: Dict[Wiring, Candidate], evaluate: Evaluate) -> None:
     todo = [w for w in dict.fromkeys(tuple(w) for w in wirings) if w not in known]
     if todo:
-        for wiring, (correct, n) in zip(todo, evaluate(todo)):
-            known[wiring] = Candidate(wiring, int(correct), int(n))
+        for wiring, score in zip(todo, evaluate(todo)):
+            known[wiring] = Candidate(wiring, int(score[0]), int(score[1]), *score[2:])
 
 
 def all_wirings(indices: Sequence[int], slots: int) -> List[Wiring]:
@@ -130,18 +137,22 @@ class Choice:
 
     top: Candidate
     near_ties: List[Candidate]  # candidates whose interval overlaps the top's (the top included), best first
-    best: Candidate  # among the near-ties, the best one the release can reach (the top if none can)
+    best: Candidate  # among the near-ties the release can reach, the likeliest (the top if none can)
     ids: Optional[Tuple[int, ...]]  # eagle_aux_hidden_state_layer_ids that capture `best` on the release
     unreachable: Optional[str]  # why no ids capture `best` (None when ids were found)
     reachability: Dict[Wiring, Tuple[Optional[Tuple[int, ...]], str]]  # per near-tie: (ids, why not)
 
 
 def choose(result: SearchResult, num_layers: int, rules: VersionRules, served: Optional[Wiring] = None) -> Choice:
+    """Near-ties are statistically indistinguishable by accuracy; among those the release can reach, the one under
+    which the draft gives the target's tokens the highest mean log-probability is recommended: a draft is trained to
+    maximise exactly that on its wiring, and the mean over every position varies far less than a count of argmax
+    hits. Without likelihoods, the first reachable one in rank order."""
     ranked = result.ranked(prefer=served)
     top = ranked[0]
     ties = [c for c in ranked if c.overlaps(top)]
     reach = {c.hf_indices: ids_for_capture(c.hf_indices, num_layers, rules) for c in ties}
     reachable = [c for c in ties if reach[c.hf_indices][0] is not None]
-    best = reachable[0] if reachable else top
+    best = max(reachable, key=lambda c: c.likelihood_key) if reachable else top  # max keeps the first of equals
     ids, why = reach[best.hf_indices]
     return Choice(top, ties, best, ids, why or None, reach)

@@ -149,3 +149,18 @@ def test_torch_draft_equals_sglangs_llama_eagle3(sglang_runtime, tmp_path, targe
         flipped = draft.predict(aux.flip(0), prepared)
     assert torch.equal(three[:rows], predicted) and torch.equal(three[2 * rows:], predicted)
     assert torch.equal(three[rows:2 * rows], flipped)
+    # the score near-ties are told apart by: log p(label) from SGLang's own logits, for labels given as target ids
+    # (half its proposals, half not; one outside a reduced draft vocabulary: -inf)
+    hot = model.hot_token_id if model.hot_token_id is not None else torch.arange(sglang_logits.shape[1])
+    draft_id = {int(t): i for i, t in enumerate(hot.tolist())}
+    labels = torch.cat([sglang_ids[:rows // 2], sglang_ids.flip(0)[rows // 2:]])
+    absent = next((t for t in range(target_head.shape[0]) if t not in draft_id), None)
+    if absent is not None:
+        labels[0] = absent
+    reference = torch.log_softmax(sglang_logits.double(), -1)
+    expected = torch.tensor([float(reference[r, draft_id[int(t)]]) if int(t) in draft_id else -float("inf")
+                             for r, t in enumerate(labels)], dtype=torch.float64)
+    with torch.no_grad():
+        hits, log_probs = draft.judge(aux, prepared, labels, draft.draft_ids(labels))
+    assert torch.equal(hits, sglang_ids == labels)
+    torch.testing.assert_close(log_probs.double(), expected, rtol=1e-5, atol=1e-5)

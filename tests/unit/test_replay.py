@@ -80,6 +80,21 @@ def test_choice_prefers_a_reachable_near_tie():
     assert choice.best.hf_indices == (1, 3, 31) and choice.ids is None and "first index is 1" in choice.unreachable
 
 
+def test_within_near_ties_the_likeliest_reachable_wiring_is_chosen():
+    # the seed's shape: the embedding output ties the trained layer by accuracy; the draft gives the target's tokens
+    # a higher mean log-probability under the wiring it was trained on
+    cands = {(0, 4, 5): Candidate((0, 4, 5), 460, 500, -0.91), (3, 4, 5): Candidate((3, 4, 5), 458, 500, -0.42),
+             (2, 3, 4): Candidate((2, 3, 4), 100, 500, -3.2), (1, 2, 3): Candidate((1, 2, 3), 300, 500, -0.05)}
+    result = SearchResult("exhaustive", cands, 4, 1, (2, 3, 4))
+    choice = choose(result, 6, RULES_0523, served=(2, 3, 4))
+    assert choice.top.hf_indices == (0, 4, 5) and choice.best.hf_indices == (3, 4, 5) and choice.ids == (3, 4, 5)
+    assert [c.hf_indices for c in choice.near_ties] == [(0, 4, 5), (3, 4, 5)]  # (1, 2, 3): likelier, not a tie
+    # equal accuracy: the likelihood ranks; unmeasured or NaN likelihoods sort last
+    assert [c.hf_indices for c in SearchResult("exhaustive", {
+        (1,): Candidate((1,), 5, 10, float("nan")), (2,): Candidate((2,), 5, 10, -1.0), (3,): Candidate((3,), 5, 10),
+        (4,): Candidate((4,), 5, 10, -0.5)}, 4, 1, (1,)).ranked()] == [(4,), (2,), (1,), (3,)]
+
+
 def test_all_wirings_and_the_finding():
     assert len(all_wirings([0, 1, 2], 2)) == 9 and all_wirings([5], 3) == [(5, 5, 5)]
     assert F.CODES[F.TRAINED_LAYERS_INFERRED][0] == F.WARNING

@@ -408,7 +408,36 @@ class TorchDraft:
         """Greedy proposals as target token ids [rows]."""
         out = self.final_hidden(aux, prepared)
         ids = torch.cat([(chunk @ self.w.lm_head.T).argmax(-1) for chunk in out.split(HEAD_ROWS)])
-        return ids + self.w.d2t[ids] if self.w.d2t is not None else ids
+        return self.target_ids(ids)
+
+    def target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
+        return draft_ids + self.w.d2t[draft_ids] if self.w.d2t is not None else draft_ids
+
+    def draft_ids(self, target_ids: torch.Tensor) -> torch.Tensor:
+        """The draft vocabulary's id for each target id, -1 where the draft's vocabulary lacks it."""
+        vocab = self.w.lm_head.shape[0]
+        if self.w.d2t is None:
+            return torch.where(target_ids < vocab, target_ids, -1)
+        mapped = self.target_ids(torch.arange(vocab, device=self.w.d2t.device))
+        size = max(int(mapped.max()), int(target_ids.max()) if target_ids.numel() else 0) + 1
+        inverse = torch.full((size,), -1, dtype=torch.long, device=mapped.device)
+        inverse[mapped] = torch.arange(vocab, device=mapped.device)
+        return inverse[target_ids.to(mapped.device)].to(target_ids.device)
+
+    def judge(self, aux: torch.Tensor, prepared: Prepared, labels: torch.Tensor,
+              label_draft_ids: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Per row: whether the greedy proposal equals the label (a target id), and the log-probability the draft
+        gives the label (-inf where its vocabulary lacks it; `label_draft_ids` from draft_ids(labels), tiled like
+        the rows)."""
+        out = self.final_hidden(aux, prepared)
+        hits, log_probs = [], []
+        for rows, label, label_id in zip(out.split(HEAD_ROWS), labels.split(HEAD_ROWS),
+                                         label_draft_ids.split(HEAD_ROWS)):
+            logits = rows @ self.w.lm_head.T
+            hits.append(self.target_ids(logits.argmax(-1)) == label)
+            picked = logits.gather(-1, label_id.clamp_min(0)[:, None])[:, 0] - torch.logsumexp(logits, -1)
+            log_probs.append(torch.where(label_id >= 0, picked, -float("inf")))
+        return torch.cat(hits), torch.cat(log_probs)
 
 
 def greedy_tokens(final_hidden: torch.Tensor, lm_head: torch.Tensor, device, vocab_rows: int = 16384) -> torch.Tensor:

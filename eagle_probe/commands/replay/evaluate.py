@@ -3,11 +3,13 @@
 Computed once: the target's greedy tokens at t + 1 (its lm_head over the dumped final hidden states), the draft's
 embedding lookups and their half of layer 0's q/k/v, the rope tables and the attention layout. Per wiring: one fc
 and the decoder layer(s) and lm_head over every row; several wirings share one pass (their rows stacked) up to a
-row budget.
+row budget. A wiring's score: how many proposals equal the target's token, out of how many positions, and the mean
+log-probability the draft gives the target's token (over the positions its vocabulary holds: the same ones under
+every wiring), a finer measure than the count for telling near-ties apart.
 """
 
 import time
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -15,6 +17,7 @@ from .draft import TorchDraft, greedy_tokens
 from .dumps import DumpRows
 
 ROW_BUDGET = {"cpu": 4096, "cuda": 16384}  # rows per pass when several wirings are stacked
+Score = Tuple[int, int, Optional[float]]  # (correct, positions, mean log-probability of the target's token)
 
 
 class Evaluator:
@@ -23,6 +26,7 @@ class Evaluator:
         started = time.perf_counter()
         with torch.no_grad():
             self.labels = greedy_tokens(rows.label_states, target_head, self.device)
+            self.label_draft_ids = draft.draft_ids(self.labels)
             self.prepared = draft.prepare(rows.next_tokens, rows.positions, rows.segments)
         self.layers: Dict[int, torch.Tensor] = {i: t.to(self.device) for i, t in rows.layers.items()}
         self.setup_s = time.perf_counter() - started
@@ -38,21 +42,24 @@ class Evaluator:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
-    def score(self, aux: torch.Tensor) -> Tuple[int, int]:
-        """(correct, positions) for aux states given directly, e.g. the served ones."""
-        with torch.no_grad():
-            predicted = self.draft.predict(aux.to(self.device), self.prepared)
-        return int((predicted == self.labels).sum()), self.positions
+    def _scores(self, hits: torch.Tensor, log_probs: torch.Tensor, copies: int) -> List[Score]:
+        held = self.label_draft_ids >= 0
+        kept = int(held.sum())
+        correct = hits.view(copies, -1).sum(-1).tolist()
+        sums = log_probs.view(copies, -1)[:, held].sum(-1).tolist() if kept else [None] * copies
+        return [(int(c), self.positions, s / kept if kept else None) for c, s in zip(correct, sums)]
 
-    def proposals(self, aux: torch.Tensor) -> torch.Tensor:
+    def score(self, aux: torch.Tensor) -> Score:
+        """The score of aux states given directly, e.g. the served ones."""
         with torch.no_grad():
-            return self.draft.predict(aux.to(self.device), self.prepared)
+            hits, log_probs = self.draft.judge(aux.to(self.device), self.prepared, self.labels, self.label_draft_ids)
+        return self._scores(hits, log_probs, 1)[0]
 
-    def evaluate(self, wirings: Sequence[Sequence[int]]) -> List[Tuple[int, int]]:
-        """(correct, positions) per wiring, each slot's states taken from the dump's hidden_states.I."""
+    def evaluate(self, wirings: Sequence[Sequence[int]]) -> List[Score]:
+        """The score per wiring, each slot's states taken from the dump's hidden_states.I."""
         n = self.positions
         per_pass = max(1, ROW_BUDGET.get(self.device.type, 4096) // max(n, 1))
-        out: List[Tuple[int, int]] = []
+        out: List[Score] = []
         self._sync()
         started = time.perf_counter()
         with torch.no_grad():
@@ -62,8 +69,9 @@ class Evaluator:
                 if copies not in self._tiled:
                     self._tiled[copies] = self.draft.tile(self.prepared, copies)
                 aux = torch.cat([torch.cat([self.layers[i] for i in w], dim=-1) for w in group])
-                hits = (self.draft.predict(aux, self._tiled[copies]).view(copies, n) == self.labels).sum(-1)
-                out += [(int(c), n) for c in hits.tolist()]
+                hits, log_probs = self.draft.judge(aux, self._tiled[copies], self.labels.repeat(copies),
+                                                   self.label_draft_ids.repeat(copies))
+                out += self._scores(hits, log_probs, copies)
         self._sync()
         self.seconds += time.perf_counter() - started
         self.evaluated += len(wirings)

@@ -75,7 +75,8 @@ def _candidate(c: Candidate, n: int, reach=None) -> dict:
     lo, hi = c.interval
     out = {"hf_indices": list(c.hf_indices), "labels": [capture_label(i, n) for i in c.hf_indices],
            "accuracy": round(c.accuracy, 6), "correct": c.correct, "positions": c.positions,
-           "ci95": [round(lo, 6), round(hi, 6)]}
+           "ci95": [round(lo, 6), round(hi, 6)],
+           "log_likelihood": None if c.log_likelihood is None else round(c.log_likelihood, 6)}
     if reach is not None:
         ids, why = reach
         out.update(ids=None if ids is None else list(ids), reachable=ids is not None, unreachable=why or None)
@@ -197,6 +198,11 @@ def _score(c: dict) -> str:
     return f"{c['accuracy']:.3f} ({c['correct']}/{c['positions']}, 95% CI {lo:.3f}-{hi:.3f})"
 
 
+def _likelihood(c: dict) -> str:
+    value = c.get("log_likelihood")
+    return "n/a" if value is None else f"{value:.4f}"
+
+
 def render_text(r: dict, top: int = 10) -> str:
     d, t, u = r["draft"], r["target"], r["dumps"]
     out = [f"eagle-probe replay on {r['device']}: SGLang {r['sglang_version'] or '(newest rules)'}: {r['rules']}",
@@ -220,24 +226,28 @@ def render_text(r: dict, top: int = 10) -> str:
                    + (f" ({per * 1000:.2f} ms per wiring)" if per else ""))
     shown = r["candidates"][:top]
     if len(r["candidates"]) > 1:
-        out.append(f"  {'rank':>4}  {'wiring':<22} accuracy  95% CI         positions")
+        out.append(f"  {'rank':>4}  {'wiring':<22} accuracy  95% CI         positions  log p(target token)")
         for i, c in enumerate(shown, 1):
             lo, hi = c["ci95"]
             out.append(f"  {i:>4}  {', '.join(map(str, c['hf_indices'])):<22} {c['accuracy']:.4f}    "
-                       f"{lo:.3f}-{hi:.3f}    {c['positions']}")
+                       f"{lo:.3f}-{hi:.3f}    {c['positions']:<9}  {_likelihood(c)}")
         if len(r["candidates"]) > top:
             out.append(f"  ... {len(r['candidates']) - top} more (--format json lists all)")
     ties = r["near_ties"]
     if len(ties) > 1:
         out.append(f"near-ties of the best ({len(ties)}, intervals overlapping the top one's): " + "; ".join(
-            f"{', '.join(map(str, c['hf_indices']))} {c['accuracy']:.3f}"
+            f"{', '.join(map(str, c['hf_indices']))} {c['accuracy']:.3f} (log p {_likelihood(c)})"
             + ("" if c["reachable"] else " (unreachable)") for c in ties[:top]))
     b = r["best"]
     out.append(f"best    {_wiring(b)} ({'; '.join(b['labels'])}): {_score(b)}")
     out += fix_lines("to capture it", b["ids"], b["unreachable"], b["fix_notes"])
-    if r["top"]["hf_indices"] != b["hf_indices"]:
-        out.append(f"  (the top candidate {_wiring(r['top'])} scores {r['top']['accuracy']:.3f} but cannot be "
-                   f"captured on this release; {_wiring(b)} is the best near-tie that can)")
+    top_wiring = next(c for c in ties if c["hf_indices"] == r["top"]["hf_indices"]) if ties else None
+    if top_wiring is not None and top_wiring["hf_indices"] != b["hf_indices"]:
+        why = ("cannot be captured on this release" if not top_wiring["reachable"]
+               else f"is a near-tie with a lower mean log-probability of the target's tokens "
+                    f"({_likelihood(top_wiring)} against {_likelihood(b)})")
+        out.append(f"  (the top candidate {_wiring(top_wiring)} scores {top_wiring['accuracy']:.3f} but {why}; "
+                   f"{_wiring(b)} is the likeliest near-tie that can be captured)")
     for note in r["notes"]:
         out.append(f"note: {note}")
     f = r["finding"]
