@@ -99,10 +99,15 @@ def main():
     replay = json.loads(done.stdout)
     print(f"  served wiring {replay['served']['hf_indices']}: position-0 accuracy {replay['served']['accuracy']:.3f} "
           f"over {replay['served']['positions']} positions")
-    print(f"  best wiring {replay['best']['hf_indices']}: accuracy {replay['best']['accuracy']:.3f}; ids to set on "
-          f"this SGLang: {replay['best']['ids']}")
-    for candidate in replay["candidates"][:3]:
-        print(f"    candidate {candidate['hf_indices']}: {candidate['accuracy']:.3f}")
+    for candidate in replay["candidates"][:4]:
+        print(f"    candidate {candidate['hf_indices']}: accuracy {candidate['accuracy']:.3f}, mean log p of the "
+              f"target's token {candidate['log_likelihood']:.4f}")
+    best, margin = replay["best"], replay["best"]["likelihood_margin"]
+    print(f"  best wiring {best['hf_indices']}: accuracy {best['accuracy']:.3f}, the likeliest of "
+          f"{len(replay['near_ties'])} near-ties; ids to set on this SGLang: {best['ids']}")
+    if margin:
+        print(f"    log p margin over the next, {margin['over']}: {margin['mean']:+.4f} +- {margin['se']:.4f} "
+              f"({margin['positions']} positions{'; within noise' if margin['within_noise'] else ''})")
 
     print("\n==== 3. train/serve parity against the draft's SpecForge training data ====")
     data = os.path.join(out, "specforge-data")
@@ -126,18 +131,16 @@ def main():
     trained = [slot["best_hf_index"] for slot in parity["slots"]]
     ids = replay["best"]["ids"]
     if parity["positions_matched"] and None not in trained:
-        # parity names the layers by value; replay confirms them by behaviour (they are among its near-ties)
+        # parity names the layers by value, replay by behaviour; where they differ the values decide the ids
         from eagle_probe.analysis.draft_rules import ids_for_capture
         from eagle_probe.versions import installed_sglang_version, parse_version, rules_for
 
         rules = rules_for(parse_version(installed_sglang_version()))
         ids, why = ids_for_capture(trained, seed.NUM_LAYERS, rules)
         ids = list(ids) if ids is not None else replay["best"]["ids"]
-        scores = {tuple(c["hf_indices"]): c["accuracy"] for c in replay["candidates"]}
-        ties = [tuple(t["hf_indices"]) for t in replay.get("near_ties", [])]
-        print(f"\n  the draft was trained on HF hidden_states {trained} (parity); replay's accuracy for that wiring: "
-              f"{scores.get(tuple(trained), float('nan')):.3f}"
-              + (" (one of its near-ties: slot 0 matters little to this draft)" if tuple(trained) in ties else ""))
+        agree = trained == replay["best"]["hf_indices"]
+        print(f"\n  parity names HF hidden_states {trained} by value; replay named {replay['best']['hf_indices']} by "
+              f"behaviour: " + ("they agree" if agree else "they differ, and the values decide"))
     print(f"\n==== 4. serve again with eagle_aux_hidden_state_layer_ids = {ids} ====")
     fixed_draft = seed.write_draft_copy(os.path.join(out, "draft-fixed"), ids)
     fixed = serve(fixed_draft, out, "fixed", args.start_timeout)

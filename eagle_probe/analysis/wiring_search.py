@@ -141,6 +141,7 @@ class Choice:
     ids: Optional[Tuple[int, ...]]  # eagle_aux_hidden_state_layer_ids that capture `best` on the release
     unreachable: Optional[str]  # why no ids capture `best` (None when ids were found)
     reachability: Dict[Wiring, Tuple[Optional[Tuple[int, ...]], str]]  # per near-tie: (ids, why not)
+    runner_up: Optional[Candidate] = None  # the next likeliest reachable near-tie: what `best` was chosen over
 
 
 def choose(result: SearchResult, num_layers: int, rules: VersionRules, served: Optional[Wiring] = None) -> Choice:
@@ -153,6 +154,7 @@ def choose(result: SearchResult, num_layers: int, rules: VersionRules, served: O
     ties = [c for c in ranked if c.overlaps(top)]
     reach = {c.hf_indices: ids_for_capture(c.hf_indices, num_layers, rules) for c in ties}
     reachable = [c for c in ties if reach[c.hf_indices][0] is not None]
-    best = max(reachable, key=lambda c: c.likelihood_key) if reachable else top  # max keeps the first of equals
+    by_likelihood = sorted(reachable, key=lambda c: -c.likelihood_key)  # stable: rank order among equals
+    best = by_likelihood[0] if reachable else top
     ids, why = reach[best.hf_indices]
-    return Choice(top, ties, best, ids, why or None, reach)
+    return Choice(top, ties, best, ids, why or None, reach, by_likelihood[1] if len(by_likelihood) > 1 else None)

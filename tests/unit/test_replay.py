@@ -89,6 +89,14 @@ def test_within_near_ties_the_likeliest_reachable_wiring_is_chosen():
     choice = choose(result, 6, RULES_0523, served=(2, 3, 4))
     assert choice.top.hf_indices == (0, 4, 5) and choice.best.hf_indices == (3, 4, 5) and choice.ids == (3, 4, 5)
     assert [c.hf_indices for c in choice.near_ties] == [(0, 4, 5), (3, 4, 5)]  # (1, 2, 3): likelier, not a tie
+    assert choice.runner_up.hf_indices == (0, 4, 5)
+    # the likeliest tie unreachable (0.5.23 puts no index 1 first): the likeliest reachable one, and no runner-up
+    cands[(1, 4, 5)] = Candidate((1, 4, 5), 459, 500, -0.1)
+    choice = choose(SearchResult("exhaustive", cands, 5, 1, (2, 3, 4)), 6, RULES_0523, served=(2, 3, 4))
+    assert choice.best.hf_indices == (3, 4, 5) and choice.runner_up.hf_indices == (0, 4, 5)
+    del cands[(0, 4, 5)]
+    choice = choose(SearchResult("exhaustive", cands, 4, 1, (2, 3, 4)), 6, RULES_0523, served=(2, 3, 4))
+    assert choice.best.hf_indices == (3, 4, 5) and choice.runner_up is None
     # equal accuracy: the likelihood ranks; unmeasured or NaN likelihoods sort last
     assert [c.hf_indices for c in SearchResult("exhaustive", {
         (1,): Candidate((1,), 5, 10, float("nan")), (2,): Candidate((2,), 5, 10, -1.0), (3,): Candidate((3,), 5, 10),

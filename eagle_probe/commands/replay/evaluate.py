@@ -55,6 +55,19 @@ class Evaluator:
             hits, log_probs = self.draft.judge(aux.to(self.device), self.prepared, self.labels, self.label_draft_ids)
         return self._scores(hits, log_probs, 1)[0]
 
+    def likelihood_margin(self, better: Sequence[int], other: Sequence[int]) -> Optional[Tuple[float, float, int]]:
+        """(mean, standard error, positions) of the per-position difference in log p(target's token) between two
+        wirings, paired over the same positions (those the draft's vocabulary holds); None with fewer than two."""
+        held = self.label_draft_ids >= 0
+        n = int(held.sum())
+        if n < 2:
+            return None
+        with torch.no_grad():
+            per_wiring = [self.draft.judge(torch.cat([self.layers[i] for i in w], dim=-1), self.prepared,
+                                           self.labels, self.label_draft_ids)[1][held] for w in (better, other)]
+        diff = (per_wiring[0] - per_wiring[1]).double()
+        return float(diff.mean()), float(diff.std() / n ** 0.5), n
+
     def evaluate(self, wirings: Sequence[Sequence[int]]) -> List[Score]:
         """The score per wiring, each slot's states taken from the dump's hidden_states.I."""
         n = self.positions

@@ -135,6 +135,10 @@ def replay(draft_dir: str, target_dir: str, dump: str, do_search: bool = False, 
         known.setdefault(rows.served, served)
         result = SearchResult("given", known, len(known), 0, rows.served)
     choice = choose(result, n_layers, rules, served=rows.served)
+    runner_up = choice.runner_up
+    margin = None
+    if runner_up is not None and all(i in rows.layers for i in choice.best.hf_indices + runner_up.hf_indices):
+        margin = evaluator.likelihood_margin(choice.best.hf_indices, runner_up.hf_indices)
     fix = fix_for(TargetSpec(str(rows.meta.get("model_class") or "target"), n_layers, rows.hidden_size), rules,
                   LaunchSpec(), choice.best.hf_indices)
     served_in_layers = result.candidates.get(rows.served)
@@ -172,7 +176,9 @@ def replay(draft_dir: str, target_dir: str, dump: str, do_search: bool = False, 
             "wirings": count_wirings(len(rows.layer_indices), k), "exhaustive_limit": exhaustive_limit,
             "evaluated": len(searched.candidates), "rounds": searched.rounds, "start": list(searched.start)},
         "best": {**_candidate(choice.best, n_layers, choice.reachability.get(choice.best.hf_indices)),
-                 "fix_notes": fix["notes"]},
+                 "fix_notes": fix["notes"], "likelihood_margin": None if margin is None else {
+                     "over": list(runner_up.hf_indices), "mean": round(margin[0], 6), "se": round(margin[1], 6),
+                     "positions": margin[2], "within_noise": margin[0] < 2 * margin[1]}},
         "top": _candidate(choice.top, n_layers),
         "near_ties": [_candidate(c, n_layers, choice.reachability[c.hf_indices]) for c in choice.near_ties],
         "candidates": [_candidate(c, n_layers) for c in ranked],
@@ -248,6 +254,12 @@ def render_text(r: dict, top: int = 10) -> str:
                     f"({_likelihood(top_wiring)} against {_likelihood(b)})")
         out.append(f"  (the top candidate {_wiring(top_wiring)} scores {top_wiring['accuracy']:.3f} but {why}; "
                    f"{_wiring(b)} is the likeliest near-tie that can be captured)")
+    m = b["likelihood_margin"]
+    if m is not None:
+        out.append(f"  the likeliest of the near-ties the release can capture: log p {m['mean']:+.4f} +- {m['se']:.4f} "
+                   f"a position over the next, HF {', '.join(map(str, m['over']))} (paired standard error, "
+                   f"{m['positions']} positions)"
+                   + ("; within noise: dump more tokens to separate them" if m["within_noise"] else ""))
     for note in r["notes"]:
         out.append(f"note: {note}")
     f = r["finding"]
