@@ -4,7 +4,7 @@ checks. A file that is not a usable dump raises DumpError naming the file and wh
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Tuple
 
 from ..runtime.values.dumps import (AUX, FINAL, FORMAT_KEY, FORMAT_VERSION, INPUT_IDS, LAYER_PREFIX, META_KEY,
                                     POSITIONS, REQUIRED, SUFFIX)
@@ -117,17 +117,18 @@ def read_dump(path: str, layers: bool = True) -> Dump:
         if missing:
             raise DumpError(f"dump {path}: lacks the tensor(s) {', '.join(missing)}")
         layer_names = {_layer_index(n, path): n for n in names if n.startswith(LAYER_PREFIX)}
-        def tensor(name):
+
+        def read(name):
             return read_tensor(handle, path, name, "dump", DumpError)
 
-        tensors = {name: tensor(name) for name in REQUIRED + (SEQ_LENS, PREFIX_LENS) if name in names}
+        tensors = {name: read(name) for name in REQUIRED + (SEQ_LENS, PREFIX_LENS) if name in names}
         hf_indices = _int_list(meta, "hf_indices", path)
         _check_shapes(tensors, hf_indices, path)
         rows, hidden = int(tensors[INPUT_IDS].shape[0]), int(tensors[FINAL].shape[1])
-        held = {index: tensor(layer_names[index]) for index in sorted(layer_names)} if layers else {}
-    for index, tensor in held.items():
-        if list(tensor.shape) != [rows, hidden]:
-            raise DumpError(f"dump {path}: {layer_names[index]} is {list(tensor.shape)}, expected [{rows}, {hidden}]")
+        held = {index: read(layer_names[index]) for index in sorted(layer_names)} if layers else {}
+    for index, states in held.items():
+        if list(states.shape) != [rows, hidden]:
+            raise DumpError(f"dump {path}: {layer_names[index]} is {list(states.shape)}, expected [{rows}, {hidden}]")
     num_layers = meta.get("num_layers")
     if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 1:
         raise DumpError(f"dump {path}: metadata 'num_layers' is {num_layers!r}, expected an integer >= 1")
@@ -150,12 +151,12 @@ def dump_paths(path: str) -> Tuple[str, List[str]]:
     return path, [os.path.join(path, name) for name in names]
 
 
-def read_dump_dir(path: str, layers: bool = True, strict: bool = False, limit: Optional[int] = None) -> DumpSet:
+def read_dump_dir(path: str, layers: bool = True, strict: bool = False) -> DumpSet:
     """Every dump under `path` (a directory, or one file). `strict`: the first unusable file is the error;
     otherwise unusable files are listed as skipped, and only a set with no usable dump is an error."""
     directory, files = dump_paths(path)
     found = DumpSet(directory)
-    for file in files[:limit]:
+    for file in files:
         try:
             found.dumps.append(read_dump(file, layers=layers))
         except DumpError as exc:
