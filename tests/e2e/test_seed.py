@@ -5,7 +5,8 @@ layers it was trained on, HF (3, 4, 5), once with the ids one layer early, HF (2
 Acceptance is SGLang's own per-request meta_info (spec_verify_ct, spec_num_correct_drafts). Nothing is retrained.
 
 The expected figures come from the training record (seed.json): a plain-torch replay of the greedy chain on the
-same prompts, independent of SGLang.
+same prompts, independent of SGLang. The mis-wired server runs with the probe, dumping every prefill with all
+layers, and `replay --search` on those dumps must find the trained layers without being told them.
 """
 
 import json
@@ -15,6 +16,8 @@ import time
 import pytest
 
 from sglang_cpu import seed
+
+from eagle_probe.bootstrap import BOOTSTRAP_DIR
 
 from .conftest import START_TIMEOUT
 
@@ -47,17 +50,45 @@ def served(tmp_path_factory):
     runs = {}
     for name, ids in WIRINGS.items():
         draft = seed.write_draft_copy(os.path.join(root, f"draft-{name}"), ids)
-        server = seed.server(draft, log_path=os.path.join(root, f"{name}.log"))
+        dumps = os.path.join(root, f"dumps-{name}")
+        probed = name == "wrong"
+        env = {"EAGLE_PROBE_LOG_DIR": os.path.join(root, f"probe-{name}"), "EAGLE_PROBE_DUMP_DIR": dumps,
+               "EAGLE_PROBE_DUMP_EVERY": "1", "EAGLE_PROBE_DUMP_LAYERS": "all"} if probed else None
+        server = seed.server(draft, log_path=os.path.join(root, f"{name}.log"), env=env,
+                             pythonpath_prefix=[BOOTSTRAP_DIR] if probed else ())
         server.start(timeout=min(START_TIMEOUT, left()))
         try:
             answers = [server.generate_raw(p, max_new_tokens=seed.MAX_NEW_TOKENS, timeout=left())
                        for p in seed.PROMPTS]
+            while probed and len(_dump_files(dumps)) < len(seed.PROMPTS) + 1 and left() > 5:
+                time.sleep(0.1)  # the writer thread: SGLang's warm-up and every prompt's prefill
         finally:
             server.stop(grace=2.0)  # SIGKILL after 2 s: the answers are in, SGLang's own shutdown takes about 7 s
-        runs[name] = dict(answers=answers, acceptance=seed.acceptance(answers), draft=draft,
+        runs[name] = dict(answers=answers, acceptance=seed.acceptance(answers), draft=draft, dumps=dumps,
                           startup_s=server.startup_seconds)
     runs["elapsed_s"] = time.monotonic() - t0
     return runs
+
+
+def _dump_files(directory):
+    return [n for n in os.listdir(directory) if n.endswith(".safetensors")] if os.path.isdir(directory) else []
+
+
+def test_replay_on_the_served_dumps_finds_the_trained_layers(served):
+    import torch
+
+    from eagle_probe.commands.replay.run import replay
+
+    torch.set_grad_enabled(False)
+    report = replay(served["wrong"]["draft"], seed.TARGET_PATH, served["wrong"]["dumps"], do_search=True)
+    assert report["dumps"]["files"] == len(seed.PROMPTS) + 1
+    assert tuple(report["served"]["hf_indices"]) == seed.WRONG_HF_LAYERS and report["served"]["accuracy"] < 0.3
+    assert seed.TRAINED_HF_LAYERS in {tuple(c["hf_indices"]) for c in report["near_ties"]}
+    # slot 0 barely matters to this draft: its near-ties differ there only (here the likeliest is the trained
+    # (3, 4, 5) itself, by a margin within noise); the slots that carry the key are named exactly
+    best = report["best"]
+    assert tuple(best["hf_indices"][1:]) == seed.TRAINED_HF_LAYERS[1:] and best["accuracy"] > 0.9
+    assert best["ids"] is not None and report["finding"]["severity"] == "warning"
 
 
 def test_copies_differ_only_in_the_ids(served):
