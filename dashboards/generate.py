@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Dashboards as code (standard library and the probe's pure analysis package only): writes the Grafana dashboard
-and the Prometheus alert rules.
+"""Dashboards as code: writes the Grafana dashboard (built with Grafana Labs' Foundation SDK, grafana-foundation-sdk,
+pinned in requirements/runtime-0.5.23.txt) and the Prometheus alert rules (plain text), with the probe's pure
+analysis constants.
 
     python dashboards/generate.py          # rewrite dashboards/eagle-probe.json and dashboards/prometheus/alerts.yml
     python dashboards/generate.py --check  # exit 1 when the committed files differ from this generator's output
@@ -20,6 +21,18 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
+from grafana_foundation_sdk.builders import bargauge, common, prometheus, table, timeseries  # noqa: E402
+from grafana_foundation_sdk.builders.dashboard import (AnnotationQuery, Dashboard, DatasourceVariable,  # noqa: E402
+                                                       QueryVariable, Row)
+from grafana_foundation_sdk.cog.encoder import JSONEncoder  # noqa: E402
+from grafana_foundation_sdk.models.common import (BarGaugeDisplayMode, GraphDrawStyle, LegendDisplayMode,  # noqa: E402
+                                                  LegendPlacement, SortOrder, StackingMode, TooltipDisplayMode,
+                                                  VisibilityMode, VizOrientation)
+from grafana_foundation_sdk.models.dashboard import (DashboardCursorSync, DataSourceRef,  # noqa: E402
+                                                     DataTransformerConfig, VariableOption, VariableRefresh,
+                                                     VariableSort)
+from grafana_foundation_sdk.models.prometheus import PromQueryFormat, QueryEditorMode  # noqa: E402
+
 from eagle_probe.analysis.fingerprints import RMS_SPREAD_TOLERANCE  # noqa: E402  (one source each)
 from eagle_probe.analysis.findings import MISMATCH_CODES  # noqa: E402
 
@@ -27,7 +40,7 @@ DASHBOARD_PATH = os.path.join(HERE, "eagle-probe.json")
 ALERTS_PATH = os.path.join(HERE, "prometheus", "alerts.yml")
 
 UID = "eagle-probe-eagle3"
-DS = {"type": "prometheus", "uid": "${datasource}"}
+DS = DataSourceRef(type_val="prometheus", uid="${datasource}")
 SEL = 'instance=~"$instance", tp_rank=~"$tp_rank"'
 SEL_ROLE = SEL + ', role=~"$role"'
 # SGLang's own gauge under both names: prometheus_client's OpenMetrics output (what Prometheus asks for) writes the
@@ -39,239 +52,179 @@ RI = "$__rate_interval"
 COLLAPSE_THRESHOLD = 0.3  # position-0 acceptance rate; healthy EAGLE-3 drafts accept 0.6-0.9 at position 0
 
 
-def target(expr, legend="", ref="A", instant=False, fmt="time_series", hide=False):
-    t = {"datasource": DS, "refId": ref, "expr": expr, "legendFormat": legend or "__auto",
-         "range": not instant, "instant": instant, "format": fmt, "editorMode": "code"}
-    if hide:
-        t["hide"] = True
-    return t
+def query(expr, legend="", ref="A", instant=False, fmt=PromQueryFormat.TIME_SERIES):
+    q = (prometheus.Dataquery().expr(expr).legend_format(legend or "__auto").ref_id(ref).datasource(DS)
+         .editor_mode(QueryEditorMode.CODE).format(fmt))
+    return q.instant() if instant else q.range()
 
 
-def panel(pid, title, description, targets, kind="timeseries", grid=(0, 0, 12, 8), unit=None, extra=None,
-          options=None, custom=None):
-    x, y, w, h = grid
-    defaults = {}
-    if unit:
-        defaults["unit"] = unit
-    if custom is not None:
-        defaults["custom"] = custom
-    p = {"id": pid, "type": kind, "title": title, "description": description, "datasource": DS,
-         "gridPos": {"x": x, "y": y, "w": w, "h": h}, "targets": targets,
-         "fieldConfig": {"defaults": defaults, "overrides": []}, "options": options or {}}
-    if extra:
-        p.update(extra)
+def timeseries_panel(pid, title, description, queries, width=12, unit="short", stack=False, bars=False,
+                     soft_range=None):
+    p = (timeseries.Panel().id(pid).title(title).description(description).datasource(DS).span(width).height(8)
+         .unit(unit).targets(queries)
+         .draw_style(GraphDrawStyle.BARS if bars else GraphDrawStyle.LINE).line_width(1)
+         .fill_opacity(20 if stack else 0).show_points(VisibilityMode.AUTO).span_nulls(False)
+         .stacking(common.StackingConfig().mode(StackingMode.NORMAL if stack else StackingMode.NONE).group("A"))
+         .legend(common.VizLegendOptions().display_mode(LegendDisplayMode.TABLE).placement(LegendPlacement.BOTTOM)
+                 .show_legend(True).calcs(["lastNotNull"]))
+         .tooltip(common.VizTooltipOptions().mode(TooltipDisplayMode.MULTI).sort(SortOrder.DESCENDING)))
+    if soft_range:
+        p = p.axis_soft_min(soft_range[0]).axis_soft_max(soft_range[1])
     return p
 
 
-def row(pid, title, y):
-    return {"id": pid, "type": "row", "title": title, "collapsed": False, "panels": [],
-            "gridPos": {"x": 0, "y": y, "w": 24, "h": 1}}
+def table_panel(pid, title, description, queries, width=12, height=8, hidden=("Time",), rename=None, sort_by=None):
+    p = (table.Panel().id(pid).title(title).description(description).datasource(DS).span(width).height(height)
+         .targets(queries).show_header(True)
+         .with_transformation(DataTransformerConfig(id_val="organize", options={
+             "excludeByName": {name: True for name in hidden}, "indexByName": {}, "renameByName": rename or {}})))
+    if sort_by:
+        field, desc = sort_by
+        p = p.sort_by([common.TableSortByFieldState().display_name(field).desc(desc)])
+    return p
 
 
-def ts_options(stack=False, bars=False):
-    custom = {"drawStyle": "bars" if bars else "line", "lineWidth": 1, "fillOpacity": 20 if stack else 0,
-              "stacking": {"mode": "normal" if stack else "none", "group": "A"}, "showPoints": "auto",
-              "spanNulls": False}
-    options = {"legend": {"displayMode": "table", "placement": "bottom", "showLegend": True, "calcs": ["lastNotNull"]},
-               "tooltip": {"mode": "multi", "sort": "desc"}}
-    return custom, options
-
-
-def table_options(hidden=("Time",), rename=None):
-    return {"transformations": [{"id": "organize", "options": {
-        "excludeByName": {name: True for name in hidden}, "indexByName": {}, "renameByName": rename or {}}}]}
-
-
-def panels():
-    out = []
-    y = 0
-    out.append(row(100, "Acceptance", y))
-    y += 1
-    custom, options = ts_options()
-    out.append(panel(
+def with_panels(board):
+    """The panels, row by row; the SDK lays them out left to right (24 columns a line)."""
+    board = board.with_row(Row("Acceptance").id(100))
+    board = board.with_panel(timeseries_panel(
         1, "Mean acceptance length",
         "Tokens per request and verify step, bonus token included: 1 + rate(accepted draft tokens) / rate(drafts) "
         "(vLLM's definition), per rank, from the probe; SGLang's own sglang:spec_accept_length gauge (average over "
         "the last --decode-log-interval steps, bonus included) beside it when --enable-metrics is on (stored as "
         "sglang_spec_accept_length when Prometheus scrapes OpenMetrics, which turns ':' into '_').",
-        [target(f"1 + sum by ({RANK}) (rate(eagle_probe_spec_accepted_tokens_total{{{SEL}}}[{RI}]))"
-                f" / sum by ({RANK}) (rate(eagle_probe_spec_drafts_total{{{SEL}}}[{RI}]))",
-                "probe {{instance}} tp{{tp_rank}}", "A"),
-         target(f"max by ({RANK}) ({{__name__=~\"{SGLANG_ACCEPT_LENGTH}\", {SEL}}})",
-                "sglang {{instance}} tp{{tp_rank}}", "B")],
-        grid=(0, y, 12, 8), unit="none", custom=custom, options=options))
-    custom, options = ts_options()
-    out.append(panel(
+        [query(f"1 + sum by ({RANK}) (rate(eagle_probe_spec_accepted_tokens_total{{{SEL}}}[{RI}]))"
+               f" / sum by ({RANK}) (rate(eagle_probe_spec_drafts_total{{{SEL}}}[{RI}]))",
+               "probe {{instance}} tp{{tp_rank}}", "A"),
+         query(f"max by ({RANK}) ({{__name__=~\"{SGLANG_ACCEPT_LENGTH}\", {SEL}}})",
+               "sglang {{instance}} tp{{tp_rank}}", "B")], unit="none"))
+    board = board.with_panel(timeseries_panel(
         2, "Acceptance rate per draft position",
         "Fraction of drafts whose token at 0-based draft position k was accepted: rate(accepted at k) / rate(drafts). "
         "Position 0 near chance with later positions near 0 is the signature of a draft fed the wrong layers.",
-        [target(f"sum by ({RANK}, position) (rate(eagle_probe_spec_accepted_tokens_per_pos_total{{{SEL}}}[{RI}]))"
-                f" / on ({RANK}) group_left sum by ({RANK}) (rate(eagle_probe_spec_drafts_total{{{SEL}}}[{RI}]))",
-                "position {{position}} {{instance}} tp{{tp_rank}}")],
-        grid=(12, y, 12, 8), unit="percentunit", custom=dict(custom, axisSoftMin=0, axisSoftMax=1), options=options))
-    y += 8
-    out.append(panel(
-        3, "Distribution of accepted lengths",
-        "Accepted draft tokens per request and verify step (bonus excluded) over the dashboard's time range, "
-        "from the eagle_probe_spec_accepted_length histogram: bucket le=k counts steps that accepted exactly k.",
-        [target(f"sum by (le) (increase(eagle_probe_spec_accepted_length_bucket{{{SEL}}}[$__range]))",
-                "{{le}}", instant=True, fmt="heatmap")],
-        kind="bargauge", grid=(0, y, 12, 8), unit="short",
-        options={"orientation": "vertical", "displayMode": "basic", "showUnfilled": True,
-                 "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False}}))
-    custom, options = ts_options()
-    out.append(panel(
+        [query(f"sum by ({RANK}, position) (rate(eagle_probe_spec_accepted_tokens_per_pos_total{{{SEL}}}[{RI}]))"
+               f" / on ({RANK}) group_left sum by ({RANK}) (rate(eagle_probe_spec_drafts_total{{{SEL}}}[{RI}]))",
+               "position {{position}} {{instance}} tp{{tp_rank}}")], unit="percentunit", soft_range=(0, 1)))
+    board = board.with_panel(
+        bargauge.Panel().id(3).title("Distribution of accepted lengths").description(
+            "Accepted draft tokens per request and verify step (bonus excluded) over the dashboard's time range, "
+            "from the eagle_probe_spec_accepted_length histogram: bucket le=k counts steps that accepted exactly k.")
+        .datasource(DS).span(12).height(8).unit("short")
+        .targets([query(f"sum by (le) (increase(eagle_probe_spec_accepted_length_bucket{{{SEL}}}[$__range]))",
+                        "{{le}}", instant=True, fmt=PromQueryFormat.HEATMAP)])
+        .orientation(VizOrientation.VERTICAL).display_mode(BarGaugeDisplayMode.BASIC).show_unfilled(True)
+        .reduce_options(common.ReduceDataOptions().calcs(["lastNotNull"]).values(False)))
+    board = board.with_panel(timeseries_panel(
         4, "Drafts and verify steps per second",
         "Request-steps that proposed draft tokens, and verify batches, per second and rank: the denominators of the "
         "acceptance panels (no drafts, no acceptance).",
-        [target(f"sum by ({RANK}) (rate(eagle_probe_spec_drafts_total{{{SEL}}}[{RI}]))",
-                "drafts {{instance}} tp{{tp_rank}}", "A"),
-         target(f"sum by ({RANK}) (rate(eagle_probe_spec_verify_steps_total{{{SEL}}}[{RI}]))",
-                "verify steps {{instance}} tp{{tp_rank}}", "B")],
-        grid=(12, y, 12, 8), unit="ops", custom=custom, options=options))
-    y += 8
-    out.append(row(101, "Capture configuration and shapes", y))
-    y += 1
-    out.append(panel(
+        [query(f"sum by ({RANK}) (rate(eagle_probe_spec_drafts_total{{{SEL}}}[{RI}]))",
+               "drafts {{instance}} tp{{tp_rank}}", "A"),
+         query(f"sum by ({RANK}) (rate(eagle_probe_spec_verify_steps_total{{{SEL}}}[{RI}]))",
+               "verify steps {{instance}} tp{{tp_rank}}", "B")], unit="ops"))
+
+    board = board.with_row(Row("Capture configuration and shapes").id(101))
+    board = board.with_panel(table_panel(
         5, "Captured layers per rank",
         "The aux hidden-state slots each rank's target currently captures (series value 1; replaced configurations "
         "drop to 0 and are hidden): capture index (residual stream entering that decoder layer), HuggingFace "
         "hidden_states index, and the human label. Every rank should show the layers the draft was trained on.",
-        [target(f"max by ({RANK}, pp_rank, dp_rank, role, slot, capture_index, hf_index, label) "
-                f"(eagle_probe_capture_layer_info{{{SEL_ROLE}}}) == 1", instant=True, fmt="table")],
-        kind="table", grid=(0, y, 12, 8),
-        extra=table_options(hidden=("Time", "Value"),
-                            rename={"capture_index": "capture index", "hf_index": "hidden_states index"}),
-        options={"showHeader": True, "sortBy": [{"displayName": "tp_rank"}]}))
-    custom, options = ts_options()
-    out.append(panel(
+        [query(f"max by ({RANK}, pp_rank, dp_rank, role, slot, capture_index, hf_index, label) "
+               f"(eagle_probe_capture_layer_info{{{SEL_ROLE}}}) == 1", instant=True, fmt=PromQueryFormat.TABLE)],
+        hidden=("Time", "Value"), rename={"capture_index": "capture index", "hf_index": "hidden_states index"},
+        sort_by=("tp_rank", False)))
+    board = board.with_panel(timeseries_panel(
         6, "Aux width per rank",
         "Packed aux hidden-state width per token the target produced (K x hidden size), the width entering the "
         "draft, and the input width of the draft's fc. They must agree (target aux width = draft fc input).",
-        [target(f"max by ({RANK}, role, path) (eagle_probe_aux_width{{{SEL_ROLE}}})",
-                "target aux {{instance}} tp{{tp_rank}} {{role}} {{path}}", "A"),
-         target(f"max by ({RANK}, path) (eagle_probe_draft_input_width{{{SEL}}})",
-                "draft input {{instance}} tp{{tp_rank}} {{path}}", "B"),
-         target(f"max by ({RANK}) (eagle_probe_draft_fc_in_width{{{SEL}}})",
-                "draft fc in {{instance}} tp{{tp_rank}}", "C")],
-        grid=(12, y, 12, 8), unit="short", custom=custom, options=options))
-    y += 8
-    custom, options = ts_options(stack=True)
-    out.append(panel(
+        [query(f"max by ({RANK}, role, path) (eagle_probe_aux_width{{{SEL_ROLE}}})",
+               "target aux {{instance}} tp{{tp_rank}} {{role}} {{path}}", "A"),
+         query(f"max by ({RANK}, path) (eagle_probe_draft_input_width{{{SEL}}})",
+               "draft input {{instance}} tp{{tp_rank}} {{path}}", "B"),
+         query(f"max by ({RANK}) (eagle_probe_draft_fc_in_width{{{SEL}}})",
+               "draft fc in {{instance}} tp{{tp_rank}}", "C")]))
+    board = board.with_panel(timeseries_panel(
         7, "Forward paths (eager, CUDA graph, TBO)",
         "Python-level target forwards per second by mode and path (eager steps; graph_capture runs while CUDA graphs "
         "are captured, replays skip Python) and whether the batch ran Two-Batch-Overlap; draft forwards by whether "
         "SGLang ran the draft's fc.",
-        [target(f"sum by (role, mode, path, tbo) (rate(eagle_probe_target_forwards_total{{{SEL_ROLE}}}[{RI}]))",
-                "{{role}} {{mode}} {{path}} tbo={{tbo}}", "A"),
-         target(f"sum by (mode, path, fc) (rate(eagle_probe_draft_forwards_total{{{SEL}}}[{RI}]))",
-                "draft {{mode}} {{path}} fc={{fc}}", "B")],
-        grid=(0, y, 12, 8), unit="ops", custom=custom, options=options))
-    custom, options = ts_options()
-    out.append(panel(
+        [query(f"sum by (role, mode, path, tbo) (rate(eagle_probe_target_forwards_total{{{SEL_ROLE}}}[{RI}]))",
+               "{{role}} {{mode}} {{path}} tbo={{tbo}}", "A"),
+         query(f"sum by (mode, path, fc) (rate(eagle_probe_draft_forwards_total{{{SEL}}}[{RI}]))",
+               "draft {{mode}} {{path}} fc={{fc}}", "B")], unit="ops", stack=True))
+    board = board.with_panel(timeseries_panel(
         8, "Aux hidden states returned",
         "Aux hidden states the target's last forward returned, per rank and path (should equal the number of "
         "configured slots, normally 3).",
-        [target(f"max by ({RANK}, role, path) (eagle_probe_aux_states{{{SEL_ROLE}}})",
-                "{{instance}} tp{{tp_rank}} {{role}} {{path}}")],
-        grid=(12, y, 12, 8), unit="short", custom=custom, options=options))
-    y += 8
-    out.append(row(102, "Problems", y))
-    y += 1
-    custom, options = ts_options(bars=True)
-    out.append(panel(
+        [query(f"max by ({RANK}, role, path) (eagle_probe_aux_states{{{SEL_ROLE}}})",
+               "{{instance}} tp{{tp_rank}} {{role}} {{path}}")]))
+    board = board.with_row(Row("Problems").id(102))
+    board = board.with_panel(timeseries_panel(
         9, "Captures lost (Two-Batch-Overlap)",
         "Capture slots that fell in the layers Two-Batch-Overlap runs (which never capture): total since each "
         "process started, per rank. Anything above 0 means the draft got fewer aux states on TBO batches.",
-        [target(f"sum by ({RANK}, role, mode) (eagle_probe_captures_lost_total{{{SEL_ROLE}}})",
-                "{{instance}} tp{{tp_rank}} {{role}} {{mode}}")],
-        grid=(0, y, 8, 8), unit="short", custom=custom, options=options))
-    out.append(panel(
+        [query(f"sum by ({RANK}, role, mode) (eagle_probe_captures_lost_total{{{SEL_ROLE}}})",
+               "{{instance}} tp{{tp_rank}} {{role}} {{mode}}")], width=8, bars=True))
+    board = board.with_panel(table_panel(
         10, "Findings by code",
         "Findings the probe emitted since each process started, by code, severity and role (see the README's "
         "Findings table; the JSON log line eagle_probe.finding carries the message and evidence).",
-        [target(f"sum by ({RANK}, code, severity, role) (eagle_probe_findings_total{{{SEL_ROLE}}})",
-                instant=True, fmt="table")],
-        kind="table", grid=(8, y, 8, 8), extra=table_options(rename={"Value": "count"}),
-        options={"showHeader": True, "sortBy": [{"displayName": "count", "desc": True}]}))
-    custom, options = ts_options(bars=True)
-    out.append(panel(
+        [query(f"sum by ({RANK}, code, severity, role) (eagle_probe_findings_total{{{SEL_ROLE}}})",
+               instant=True, fmt=PromQueryFormat.TABLE)], width=8, rename={"Value": "count"},
+        sort_by=("count", True)))
+    board = board.with_panel(timeseries_panel(
         11, "Probe internal errors",
         "Exceptions inside the probe, by site (never raised into SGLang; the first per site is logged as "
         "eagle_probe.internal_error). Should stay at 0.",
-        [target(f"sum by ({RANK}, where) (eagle_probe_internal_errors_total{{{SEL}}})",
-                "{{instance}} tp{{tp_rank}} {{where}}")],
-        grid=(16, y, 8, 8), unit="short", custom=custom, options=options))
-    y += 8
-    out.append(row(103, "Hidden-state values", y))
-    y += 1
-    custom, options = ts_options()
-    out.append(panel(
+        [query(f"sum by ({RANK}, where) (eagle_probe_internal_errors_total{{{SEL}}})",
+               "{{instance}} tp{{tp_rank}} {{where}}")], width=8, bars=True))
+
+    board = board.with_row(Row("Hidden-state values").id(103))
+    board = board.with_panel(timeseries_panel(
         13, "Aux RMS per slot and rank",
         "RMS of each aux slot (what the draft receives) in the last sampled forward, per rank: tensor-parallel ranks "
         "of one instance must overlap (they hold the same states after each all-reduce); a rank apart from the "
         "others is the tp_rank_divergence alert. Sampled every EAGLE_PROBE_FINGERPRINT_INTERVAL_S.",
-        [target(f"max by ({RANK}, role, slot) (eagle_probe_aux_rms{{{SEL_ROLE}}})",
-                "{{instance}} tp{{tp_rank}} {{role}} slot {{slot}}")],
-        grid=(0, y, 12, 8), unit="none", custom=custom, options=options))
-    custom, options = ts_options(bars=True)
-    out.append(panel(
+        [query(f"max by ({RANK}, role, slot) (eagle_probe_aux_rms{{{SEL_ROLE}}})",
+               "{{instance}} tp{{tp_rank}} {{role}} slot {{slot}}")], unit="none"))
+    board = board.with_panel(timeseries_panel(
         14, "Non-finite aux values",
         "NaN or Inf values seen in sampled aux slots since each process started, per rank and slot (the "
         "aux_nonfinite finding names the layer). Should stay at 0.",
-        [target(f"sum by ({RANK}, role, slot) (eagle_probe_aux_nonfinite_total{{{SEL_ROLE}}})",
-                "{{instance}} tp{{tp_rank}} {{role}} slot {{slot}}")],
-        grid=(12, y, 12, 8), unit="short", custom=custom, options=options))
-    y += 8
-    out.append(panel(
+        [query(f"sum by ({RANK}, role, slot) (eagle_probe_aux_nonfinite_total{{{SEL_ROLE}}})",
+               "{{instance}} tp{{tp_rank}} {{role}} slot {{slot}}")], bars=True))
+    return board.with_panel(table_panel(
         12, "Probe per rank",
         "Probe and SGLang versions and the capture-id rule in effect, per rank (one row per live process).",
-        [target(f"max by ({RANK}, pp_rank, dp_rank, probe_version, sglang_version, rules) (eagle_probe_info{{{SEL}}})",
-                instant=True, fmt="table", ref="A")],
-        kind="table", grid=(0, y, 24, 6), extra=table_options(hidden=("Time", "Value")), options={"showHeader": True}))
-    return out
+        [query(f"max by ({RANK}, pp_rank, dp_rank, probe_version, sglang_version, rules) (eagle_probe_info{{{SEL}}})",
+               instant=True, fmt=PromQueryFormat.TABLE)], width=24, height=6, hidden=("Time", "Value")))
 
 
 def variables():
-    def query_var(name, label, query):
-        return {"name": name, "label": label, "type": "query", "datasource": DS,
-                "query": {"query": query, "refId": "PrometheusVariableQueryEditor-VariableQuery"},
-                "definition": query, "refresh": 2, "includeAll": True, "multi": True, "allValue": ".*",
-                "current": {"selected": True, "text": ["All"], "value": ["$__all"]}, "sort": 3, "regex": "",
-                "hide": 0, "options": []}
+    def query_var(name, label, expr):
+        return (QueryVariable(name).label(label).datasource(DS)
+                .query({"query": expr, "refId": "PrometheusVariableQueryEditor-VariableQuery"})
+                .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED).include_all(True).multi(True).all_value(".*")
+                .current(VariableOption(selected=True, text=["All"], value=["$__all"]))
+                .sort(VariableSort.NUMERICAL_ASC))
 
-    return [
-        {"name": "datasource", "label": "Prometheus", "type": "datasource", "query": "prometheus", "refresh": 1,
-         "current": {}, "hide": 0, "includeAll": False, "multi": False, "options": [], "regex": ""},
-        query_var("instance", "instance", "label_values(eagle_probe_info, instance)"),
-        query_var("tp_rank", "TP rank", 'label_values(eagle_probe_info{instance=~"$instance"}, tp_rank)'),
-        query_var("role", "role", 'label_values(eagle_probe_target_forwards_total{instance=~"$instance"}, role)'),
-    ]
+    return [DatasourceVariable("datasource").label("Prometheus").type("prometheus"),
+            query_var("instance", "instance", "label_values(eagle_probe_info, instance)"),
+            query_var("tp_rank", "TP rank", 'label_values(eagle_probe_info{instance=~"$instance"}, tp_rank)'),
+            query_var("role", "role", 'label_values(eagle_probe_target_forwards_total{instance=~"$instance"}, role)')]
 
 
 def dashboard():
-    return {
-        "uid": UID,
-        "title": "eagle-probe: EAGLE-3 speculative decoding",
-        "description": "SGLang EAGLE-3 serving seen by eagle-probe: acceptance, captured layers per rank, shapes, "
-                       "forward paths, findings. Generated by dashboards/generate.py; do not edit by hand.",
-        "tags": ["sglang", "eagle3", "speculative-decoding", "eagle-probe"],
-        "editable": True,
-        "graphTooltip": 1,
-        "schemaVersion": 39,
-        "version": 1,
-        "time": {"from": "now-1h", "to": "now"},
-        "refresh": "30s",
-        "timezone": "browser",
-        "fiscalYearStartMonth": 0,
-        "liveNow": False,
-        "links": [],
-        "annotations": {"list": [{"builtIn": 1, "datasource": {"type": "grafana", "uid": "-- Grafana --"},
-                                  "enable": True, "hide": True, "iconColor": "rgba(0, 211, 255, 1)",
-                                  "name": "Annotations & Alerts", "type": "dashboard"}]},
-        "templating": {"list": variables()},
-        "panels": panels(),
-    }
+    board = (Dashboard("eagle-probe: EAGLE-3 speculative decoding").uid(UID)
+             .description("SGLang EAGLE-3 serving seen by eagle-probe: acceptance, captured layers per rank, shapes, "
+                          "forward paths, findings. Generated by dashboards/generate.py; do not edit by hand.")
+             .tags(["sglang", "eagle3", "speculative-decoding", "eagle-probe"]).editable()
+             .tooltip(DashboardCursorSync.CROSSHAIR).time("now-1h", "now").refresh("30s").timezone("browser")
+             .variables(variables())
+             .annotation(AnnotationQuery().name("Annotations & Alerts").built_in(1).enable(True).hide(True)
+                         .icon_color("rgba(0, 211, 255, 1)").type("dashboard")
+                         .datasource(DataSourceRef(type_val="grafana", uid="-- Grafana --"))))
+    return json.loads(json.dumps(with_panels(board).build(), cls=JSONEncoder))
 
 
 # --------------------------------------------------------------------------------------------- alerts
