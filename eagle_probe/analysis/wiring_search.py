@@ -147,8 +147,8 @@ class Choice:
 def choose(result: SearchResult, num_layers: int, rules: VersionRules, served: Optional[Wiring] = None) -> Choice:
     """Near-ties are statistically indistinguishable by accuracy; among those the release can reach, the one under
     which the draft gives the target's tokens the highest mean log-probability is recommended: a draft is trained to
-    maximise exactly that on its wiring, and the mean over every position varies far less than a count of argmax
-    hits. Without likelihoods, the first reachable one in rank order."""
+    maximise exactly that on its wiring, and every position's probability moves it, not only the positions where an
+    argmax flips. Without likelihoods, the first reachable one in rank order."""
     ranked = result.ranked(prefer=served)
     top = ranked[0]
     ties = [c for c in ranked if c.overlaps(top)]

@@ -1,6 +1,7 @@
 """One replay, start to end: read the target's two tensors, the draft and the dumps, check that they fit together,
 score the served wiring and (with --search) every candidate, and build the report dict."""
 
+import math
 import time
 from typing import List, Optional, Sequence, Tuple
 
@@ -76,7 +77,7 @@ def _candidate(c: Candidate, n: int, reach=None) -> dict:
     out = {"hf_indices": list(c.hf_indices), "labels": [capture_label(i, n) for i in c.hf_indices],
            "accuracy": round(c.accuracy, 6), "correct": c.correct, "positions": c.positions,
            "ci95": [round(lo, 6), round(hi, 6)],
-           "log_likelihood": None if c.log_likelihood is None else round(c.log_likelihood, 6)}
+           "log_likelihood": round(c.likelihood_key, 6) if math.isfinite(c.likelihood_key) else None}
     if reach is not None:
         ids, why = reach
         out.update(ids=None if ids is None else list(ids), reachable=ids is not None, unreachable=why or None)
@@ -137,7 +138,8 @@ def replay(draft_dir: str, target_dir: str, dump: str, do_search: bool = False, 
     choice = choose(result, n_layers, rules, served=rows.served)
     runner_up = choice.runner_up
     margin = None
-    if runner_up is not None and all(i in rows.layers for i in choice.best.hf_indices + runner_up.hf_indices):
+    if runner_up is not None and math.isfinite(runner_up.likelihood_key) \
+            and all(i in rows.layers for i in choice.best.hf_indices + runner_up.hf_indices):
         margin = evaluator.likelihood_margin(choice.best.hf_indices, runner_up.hf_indices)
     fix = fix_for(TargetSpec(str(rows.meta.get("model_class") or "target"), n_layers, rows.hidden_size), rules,
                   LaunchSpec(), choice.best.hf_indices)
