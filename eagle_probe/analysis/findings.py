@@ -303,21 +303,29 @@ def aux_value_mismatch_finding(role: str, slot: int, served_index: Optional[int]
 def trained_layers_inferred_finding(served: Sequence[int], served_accuracy: float, served_positions: int,
                                     best: Sequence[int], best_accuracy: float, best_positions: int,
                                     num_layers: int, ids: Optional[Sequence[int]], unreachable: Optional[str],
-                                    sglang_version: Optional[str], near_tie: bool, method: str) -> Finding:
+                                    sglang_version: Optional[str], near_tie: bool, method: str,
+                                    ties_reachable: int = 1, margin_within_noise: Optional[bool] = None) -> Finding:
     """`eagle-probe replay --search`: the served wiring against the one the draft agrees with best. Severity warning
-    when they differ, info when the served wiring is the best (the layers it was trained on, confirmed)."""
+    when they differ, info when the served wiring is the best (the layers it was trained on, confirmed).
+    `ties_reachable`: the near-ties the release can capture (best among them by likelihood); `margin_within_noise`:
+    whether its likelihood margin over the next is under two standard errors."""
     served, best = tuple(served), tuple(best)
     evidence = dict(served_hf=list(served), served_accuracy=round(served_accuracy, 6),
                     served_positions=served_positions, best_hf=list(best), best_accuracy=round(best_accuracy, 6),
                     best_positions=best_positions, fix_ids=None if ids is None else list(ids),
                     fix_impossible=unreachable, sglang_version=sglang_version, served_is_near_tie=near_tie,
-                    search=method)
+                    search=method, ties_reachable=ties_reachable, margin_within_noise=margin_within_noise)
+    others = ties_reachable - 1
+    ties = "" if others < 1 else (
+        f" {others} other wiring(s) tie with it by accuracy; it is the one the draft finds likeliest"
+        + (", by a margin within noise (dump more tokens to separate them)." if margin_within_noise else "."))
     release = f"SGLang {sglang_version}" if sglang_version else "this SGLang release"
     if served == best:
         return Finding(TRAINED_LAYERS_INFERRED, "info",
                        f"The draft agrees with the target best when fed the served layers {_labels(served, num_layers)}"
                        f": position-0 agreement {served_accuracy:.3f} over {served_positions} positions ({method} "
-                       f"search). The served wiring is the one it was trained on.", tuple(sorted(evidence.items())))
+                       f"search). The served wiring is the one it was trained on.{ties}",
+                       tuple(sorted(evidence.items())))
     fix = (f"Set eagle_aux_hidden_state_layer_ids to {list(ids)} ({release})" if ids is not None
            else f"No eagle_aux_hidden_state_layer_ids reach it on {release}: {unreachable}")
     tie = (" The served wiring's interval overlaps the best's: the dumps do not separate them; dump more tokens."
@@ -326,4 +334,4 @@ def trained_layers_inferred_finding(served: Sequence[int], served_accuracy: floa
                    f"The draft agrees with the target best when fed HF hidden_states {_labels(best, num_layers)}: "
                    f"position-0 agreement {best_accuracy:.3f} over {best_positions} positions, against "
                    f"{served_accuracy:.3f} for the served {_labels(served, num_layers)} ({method} search). It was "
-                   f"likely trained on those layers. {fix}.{tie}", tuple(sorted(evidence.items())))
+                   f"likely trained on those layers. {fix}.{tie}{ties}", tuple(sorted(evidence.items())))

@@ -112,6 +112,11 @@ def test_all_wirings_and_the_finding():
     same = F.trained_layers_inferred_finding((0, 3, 31), 0.45, 500, (0, 3, 31), 0.45, 500, 61, (0, 3, 31), None,
                                              "0.5.23", True, "exhaustive")
     assert same.severity == "info" and same.evidence_dict()["served_hf"] == [0, 3, 31]
+    assert "tie with it" not in warn.message and "tie with it" not in same.message  # one reachable near-tie
+    tied = F.trained_layers_inferred_finding((2, 30, 58), 0.1, 500, (0, 3, 31), 0.45, 500, 61, (0, 3, 31), None,
+                                             "0.5.23", False, "coordinate", ties_reachable=3, margin_within_noise=True)
+    assert "2 other wiring(s) tie with it" in tied.message and "within noise" in tied.message
+    assert tied.evidence_dict()["ties_reachable"] == 3
 
 
 # -- synthetic inputs ------------------------------------------------------------------------------------------------

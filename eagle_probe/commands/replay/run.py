@@ -141,13 +141,16 @@ def replay(draft_dir: str, target_dir: str, dump: str, do_search: bool = False, 
     if runner_up is not None and math.isfinite(runner_up.likelihood_key) \
             and all(i in rows.layers for i in choice.best.hf_indices + runner_up.hf_indices):
         margin = evaluator.likelihood_margin(choice.best.hf_indices, runner_up.hf_indices)
+    within_noise = None if margin is None else margin[0] < 2 * margin[1]  # under two standard errors
     fix = fix_for(TargetSpec(str(rows.meta.get("model_class") or "target"), n_layers, rows.hidden_size), rules,
                   LaunchSpec(), choice.best.hf_indices)
     served_in_layers = result.candidates.get(rows.served)
     near_tie = any(c.hf_indices == rows.served for c in choice.near_ties)
     finding = trained_layers_inferred_finding(
         rows.served, served.accuracy, served.positions, choice.best.hf_indices, choice.best.accuracy,
-        choice.best.positions, n_layers, choice.ids, choice.unreachable, version_text, near_tie, result.method)
+        choice.best.positions, n_layers, choice.ids, choice.unreachable, version_text, near_tie, result.method,
+        ties_reachable=sum(1 for ids, _ in choice.reachability.values() if ids is not None),
+        margin_within_noise=within_noise)
     if served_in_layers is not None and served_in_layers.correct != served.correct:
         notes.append(f"the served wiring scores {served.correct} from aux_hidden_states but {served_in_layers.correct} "
                      f"from the hidden_states.I of the same layers: the aux states are not the layers' residual "
@@ -180,7 +183,7 @@ def replay(draft_dir: str, target_dir: str, dump: str, do_search: bool = False, 
         "best": {**_candidate(choice.best, n_layers, choice.reachability.get(choice.best.hf_indices)),
                  "fix_notes": fix["notes"], "likelihood_margin": None if margin is None else {
                      "over": list(runner_up.hf_indices), "mean": round(margin[0], 6), "se": round(margin[1], 6),
-                     "positions": margin[2], "within_noise": margin[0] < 2 * margin[1]}},
+                     "positions": margin[2], "within_noise": within_noise}},
         "top": _candidate(choice.top, n_layers),
         "near_ties": [_candidate(c, n_layers, choice.reachability[c.hf_indices]) for c in choice.near_ties],
         "candidates": [_candidate(c, n_layers) for c in ranked],
