@@ -36,12 +36,17 @@ def dump_dom(report, tmp_path) -> str:
     return proc.stdout
 
 
-def test_html_renders_in_headless_chromium(tmp_path, capsys):
+def rendered(logs, tmp_path, capsys) -> str:
+    """`summarize LOGS --html` rendered by headless Chromium: the DOM after its scripts ran."""
     need_chromium()
     report = tmp_path / "report.html"
-    assert main(["summarize", str(make_dir(tmp_path)), "--html", str(report)]) == 0
+    assert main(["summarize", str(logs), "--html", str(report)]) == 0
     capsys.readouterr()
-    dom = dump_dom(report, tmp_path)
+    return dump_dom(report, tmp_path)
+
+
+def test_html_renders_in_headless_chromium(tmp_path, capsys):
+    dom = rendered(make_dir(tmp_path), tmp_path, capsys)
     check = re.search(r'<pre id="img-check" data-done="1">(.*?)</pre>', dom, re.S)
     assert check, f"the page's check script did not run; DOM head: {dom[:500]}"
     rows = dict(line.split(" ", 1) for line in check.group(1).strip().splitlines())
@@ -82,11 +87,7 @@ def hostile_logs(tmp_path):
 
 
 def test_html_escapes_everything_from_the_logs(tmp_path, capsys):
-    need_chromium()
-    report = tmp_path / "report.html"
-    assert main(["summarize", str(hostile_logs(tmp_path)), "--html", str(report)]) == 0
-    capsys.readouterr()
-    dom = dump_dom(report, tmp_path)
+    dom = rendered(hostile_logs(tmp_path), tmp_path, capsys)
     assert re.search(r"<title>eagle-probe report</title>", dom) and "pwned" not in dom.split("</title>")[0]
     assert 'data-done="1"' in dom  # the page's own script ran; no injected one did
     assert "<script>document.title" not in dom and "<img src=\"x\"" not in dom and "<img src=x" not in dom

@@ -224,7 +224,7 @@ def test_a_multiproc_dir_removed_while_running(run_a):
     assert after["accepted_tokens"] - before["accepted_tokens"] == expected["accepted"]
 
 
-# ---------------------------------------------------- B: the log directory cannot be created, three more sites
+# ------------------ B: the log directory cannot be created, three more sites, a file size limit once it is up
 
 
 @pytest.fixture(scope="module")
