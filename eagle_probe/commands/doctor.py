@@ -6,9 +6,7 @@ same findings as the running probe (analysis.config_rules, analysis.draft_rules,
 Exit status: 0 clean (warnings allowed), 1 a finding of severity error, 2 bad input.
 """
 
-import json
 import os
-import stat
 import sys
 from typing import List, Optional, Tuple
 
@@ -17,6 +15,7 @@ from ..analysis.config_rules import (EAGLE, EAGLE3, DraftSpec, LaunchSpec, Targe
 from ..analysis.findings import ERROR
 from ..analysis import layers
 from ..analysis.layers import TRAINED_LAYERS_HELP, capture_label
+from .json_files import read_json_object, shown as _shown
 from .output import emit, finding_line, fix_lines
 from ..versions import (SUPPORTED_RANGE_TEXT, installed_sglang_version, is_supported, parse_version,
                        rules_for)
@@ -46,76 +45,10 @@ def _config_file(path: str, what: str) -> str:
     return file
 
 
-def _read_config_bytes(file: str, what: str) -> bytes:
-    """The file's bytes; refuses what cannot be a config (a directory, a device, a huge file) before reading it."""
-    try:
-        info = os.stat(file)
-        if stat.S_ISDIR(info.st_mode):
-            raise DoctorInputError(f"{what} config {file}: is a directory, expected a config.json file")
-        if not stat.S_ISREG(info.st_mode):
-            raise DoctorInputError(f"{what} config {file}: not a regular file")
-        if info.st_size > MAX_CONFIG_BYTES:
-            raise DoctorInputError(f"{what} config {file}: {info.st_size} bytes, over the {MAX_CONFIG_BYTES} "
-                                   f"byte limit for a config.json; not read")
-        with open(file, "rb") as handle:
-            return handle.read(MAX_CONFIG_BYTES + 1)
-    except OSError as exc:  # a broken link, a symlink loop (ELOOP), no permission
-        raise DoctorInputError(f"{what} config {file}: cannot read: {exc.strerror or exc}") from None
-
-
-class _ConflictingKeys(ValueError):
-    """A key given twice in one object, with two values."""
-
-
-def _object_without_conflicts(pairs) -> dict:
-    """json's object hook: a key given twice with two values is ambiguous (json.load keeps the last silently)."""
-    out = {}
-    for key, value in pairs:
-        if key in out and out[key] != value:
-            raise _ConflictingKeys(f"key '{key}' is given twice with different values "
-                                   f"({_shown(out[key])} and {_shown(value)})")
-        out[key] = value
-    return out
-
-
-def _shown(value) -> str:
-    """A value from the file, as JSON and short enough for one message."""
-    try:
-        text = json.dumps(value)
-    except RecursionError:
-        return "(a deeply nested value)"
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
 def load_config_json(path: str, what: str) -> Tuple[str, dict]:
     """Read a config.json from a directory or the file itself. Returns (file path, dict)."""
     file = _config_file(path, what)
-    raw = _read_config_bytes(file, what)
-    if len(raw) > MAX_CONFIG_BYTES:
-        raise DoctorInputError(f"{what} config {file}: over the {MAX_CONFIG_BYTES} byte limit for a config.json; "
-                               f"not parsed")
-    if not raw.strip():
-        raise DoctorInputError(f"{what} config {file}: empty file, expected a JSON object")
-    try:
-        text = raw.decode("utf-8-sig")  # a byte-order mark from a Windows editor is harmless
-    except UnicodeDecodeError as exc:
-        raise DoctorInputError(f"{what} config {file}: not UTF-8 text: byte 0x{raw[exc.start]:02x} at offset "
-                               f"{exc.start}") from None
-    try:
-        data = json.loads(text, object_pairs_hook=_object_without_conflicts)
-    except json.JSONDecodeError as exc:
-        raise DoctorInputError(f"{what} config {file}: not valid JSON: {exc.msg}: "
-                               f"line {exc.lineno} column {exc.colno}") from None
-    except _ConflictingKeys as exc:
-        raise DoctorInputError(f"{what} config {file}: {exc}") from None
-    except ValueError as exc:  # e.g. an integer of more than 4300 digits
-        raise DoctorInputError(f"{what} config {file}: not valid JSON: {str(exc).split(':')[0]}") from None
-    except RecursionError:
-        raise DoctorInputError(f"{what} config {file}: not valid JSON: nested too deeply") from None
-    if not isinstance(data, dict):
-        raise DoctorInputError(f"{what} config {file}: expected a JSON object at the top level, "
-                               f"got {_shown(data)}")
-    return file, data
+    return file, read_json_object(file, f"{what} config", DoctorInputError, MAX_CONFIG_BYTES)
 
 
 def _int(data: dict, key: str, file: str, what: str, prefix: str = "", required: bool = True,

@@ -2,15 +2,15 @@
 (`model.embed_tokens.weight`, `lm_head.weight`) found through its safetensors index alone, never the whole target.
 Every failure is a ReplayInputError naming the file and what is wrong."""
 
-import json
 import os
 from typing import Dict, List, Optional, Tuple
 
 from .. import safetensors_io
+from ..json_files import read_json_object
 from .spec import ReplayInputError
 
 INDEX = "model.safetensors.index.json"
-MAX_JSON_BYTES = 64 * 1024 * 1024
+MAX_JSON_BYTES = 64 * 1024 * 1024  # a large MoE's safetensors index runs to megabytes; configs are kilobytes
 # Where multimodal wrappers (Kimi-K2.5 and the like) keep the language model's tensors.
 PREFIXES = ("", "language_model.", "model.language_model.", "text_model.")
 EMBED, LM_HEAD = "model.embed_tokens.weight", "lm_head.weight"
@@ -19,18 +19,8 @@ EMBED, LM_HEAD = "model.embed_tokens.weight", "lm_head.weight"
 def read_json(path: str, what: str) -> dict:
     if not os.path.lexists(path):
         raise ReplayInputError(f"{what} {path}: no such file")
-    try:
-        if os.path.getsize(path) > MAX_JSON_BYTES:
-            raise ReplayInputError(f"{what} {path}: over {MAX_JSON_BYTES} bytes, not a config")
-        with open(path, "rb") as handle:
-            data = json.loads(handle.read().decode("utf-8"))
-    except OSError as exc:
-        raise ReplayInputError(f"{what} {path}: cannot be read ({exc.strerror or exc})") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ReplayInputError(f"{what} {path}: not valid JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise ReplayInputError(f"{what} {path}: not a JSON object")
-    return data
+    kind = "safetensors index" if path.endswith(INDEX) else "config.json"
+    return read_json_object(path, what, ReplayInputError, MAX_JSON_BYTES, kind)
 
 
 def model_dir(path: str, what: str) -> str:

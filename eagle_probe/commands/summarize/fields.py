@@ -5,12 +5,12 @@ sums a string, hashes a list or formats an object as a number. Unknown fields ar
 probe may add some. A field that report.py (or html_report.py) starts to read must be listed here.
 """
 
-import json
 import math
 import re
 from typing import Optional
 
 from ... import events as names
+from ..json_files import shown as _shown
 
 MAX_POSITIONS = 256  # draft positions or accepted lengths per window; real chains have a handful
 
@@ -127,8 +127,3 @@ def field_problem(event: dict) -> Optional[str]:
                 got = "it is missing" if value is ABSENT else f"got {_shown(value)}"
                 return f"field '{key}' must be {accepted}; {got}"
     return None
-
-
-def _shown(value) -> str:
-    text = json.dumps(value, default=str)
-    return text if len(text) <= 60 else text[:57] + "..."
