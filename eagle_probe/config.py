@@ -5,13 +5,17 @@ Environment variables are the only channel that reaches SGLang's spawned schedul
 
 import os
 from dataclasses import dataclass
-from typing import Mapping, Optional, Tuple
+from typing import Mapping, Optional, Tuple, Union
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 INNER_FORWARD_MODES = ("auto", "on", "off")
 DUMP_LAYER_CHOICES = ("aux", "all")
+DUMP_MODE_CHOICES = ("extend", "target_verify")  # the target forward modes a dump may hold
+MAX_ACCURACY_POSITIONS = 64  # per-position training accuracies; real draft chains have a handful
+DRAFT_ACCURACY_ACCEPTED = ("a number in (0, 1] (one per-token accuracy), or comma-separated per-position "
+                           "accuracies in (0, 1] as SpecForge logs them, e.g. 0.75,0.62,0.55")
 
 # Launch flags under which SGLang dynamo-traces the inner model forward; a wrapper there would
 # be traced into (or break) a fullgraph compile, so inner-forward wrappers stay off.
@@ -40,7 +44,9 @@ class ProbeConfig:
     flush_interval_s: float = 1.0  # counted values reach the Prometheus series at most this late (0: summary/exit)
     log_every_forward: bool = False
     inner_forward: str = "auto"
-    draft_accuracy: Optional[float] = None  # per-token accuracy from training, e.g. 0.75
+    # Training accuracy: one per-token number (0.75), or per-position conditional accuracies (0.75, 0.62, 0.55)
+    # as SpecForge logs them per TTT step (analysis.acceptance.expected_mean_length reads both forms).
+    draft_accuracy: Optional[Union[float, Tuple[float, ...]]] = None
     collapse_ratio: float = 0.6  # observed / expected mean acceptance length under this is a collapse
     collapse_min_drafts: int = 64  # request-steps a window needs before it can be judged
     trained_layers: Optional[str] = None  # e.g. "hf:0,3,31": what the draft was trained on
@@ -49,6 +55,7 @@ class ProbeConfig:
     dump_ranks: Optional[Tuple[int, ...]] = (0,)  # tp ranks that write; None: all
     dump_layers: str = "aux"  # aux: what the draft receives; all: also the residual stream entering every layer
     dump_max_mb: float = 256.0  # the dump directory's total
+    dump_modes: Tuple[str, ...] = ("extend",)  # target forward modes dumped: extend, target_verify
     reference: Optional[str] = None  # a JSON file from `eagle-probe reference`: live slots are compared with it
 
     def to_env(self) -> dict:
@@ -68,7 +75,7 @@ class ProbeConfig:
             env["EAGLE_PROBE_METRICS_PORT"] = str(self.metrics_port)
             env["EAGLE_PROBE_METRICS_ADDR"] = self.metrics_addr
         if self.draft_accuracy is not None:
-            env["EAGLE_PROBE_DRAFT_ACCURACY"] = repr(self.draft_accuracy)
+            env["EAGLE_PROBE_DRAFT_ACCURACY"] = format_accuracy(self.draft_accuracy)
         env["EAGLE_PROBE_COLLAPSE_RATIO"] = repr(self.collapse_ratio)
         env["EAGLE_PROBE_COLLAPSE_MIN_DRAFTS"] = str(self.collapse_min_drafts)
         if self.trained_layers:
@@ -78,7 +85,8 @@ class ProbeConfig:
         if self.dump_dir:
             env.update(EAGLE_PROBE_DUMP_DIR=self.dump_dir, EAGLE_PROBE_DUMP_EVERY=str(self.dump_every),
                        EAGLE_PROBE_DUMP_RANKS="all" if self.dump_ranks is None else ",".join(map(str, self.dump_ranks)),
-                       EAGLE_PROBE_DUMP_LAYERS=self.dump_layers, EAGLE_PROBE_DUMP_MAX_MB=repr(self.dump_max_mb))
+                       EAGLE_PROBE_DUMP_LAYERS=self.dump_layers, EAGLE_PROBE_DUMP_MAX_MB=repr(self.dump_max_mb),
+                       EAGLE_PROBE_DUMP_MODES=",".join(self.dump_modes))
         return env
 
 
@@ -154,6 +162,58 @@ def _seconds_or_zero(env: Mapping[str, str], name: str, default: float) -> float
 
 def _fraction(env: Mapping[str, str], name: str, default: Optional[float]) -> Optional[float]:
     return _number(env, name, default, float, lambda v: 0 < v <= 1, "a number in (0, 1]")
+
+
+def format_accuracy(value) -> str:
+    """The EAGLE_PROBE_DRAFT_ACCURACY text of a parsed value (one number, or per-position numbers)."""
+    if isinstance(value, (tuple, list)):
+        return ",".join(repr(float(v)) for v in value)
+    return repr(value)
+
+
+def parse_accuracy(raw: str) -> Union[float, Tuple[float, ...]]:
+    """'0.75' -> 0.75; '0.75,0.62,0.55' -> (0.75, 0.62, 0.55). Raises ValueError saying what is wrong."""
+    import math
+
+    parts = raw.split(",")
+    if len(parts) > MAX_ACCURACY_POSITIONS:
+        raise ValueError(f"{len(parts)} positions; at most {MAX_ACCURACY_POSITIONS}")
+    values = []
+    for position, part in enumerate(parts):
+        try:
+            value = float(part)
+        except ValueError:
+            raise ValueError(f"position {position}: {part!r} is not a number") from None
+        if not (math.isfinite(value) and 0 < value <= 1):
+            raise ValueError(f"position {position}: {part.strip()} is not in (0, 1]")
+        values.append(value)
+    return values[0] if len(values) == 1 else tuple(values)
+
+
+def _accuracy(env: Mapping[str, str], name: str) -> Optional[Union[float, Tuple[float, ...]]]:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return None
+    try:
+        return parse_accuracy(raw)
+    except ValueError as exc:
+        raise ConfigError(name, raw, f"{DRAFT_ACCURACY_ACCEPTED} ({exc})") from None
+
+
+def _modes(env: Mapping[str, str], name: str, default: Tuple[str, ...]) -> Tuple[str, ...]:
+    """Comma-separated choices, each once (order kept): e.g. 'extend,target_verify'."""
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    accepted = "comma-separated forward modes among " + ", ".join(DUMP_MODE_CHOICES) + " (e.g. extend,target_verify)"
+    modes = []
+    for part in raw.split(","):
+        mode = part.strip().lower()
+        if mode not in DUMP_MODE_CHOICES:
+            raise ConfigError(name, raw, accepted)
+        if mode not in modes:
+            modes.append(mode)
+    return tuple(modes)
 
 
 def _positive_int(env: Mapping[str, str], name: str, default: int) -> int:
@@ -234,7 +294,7 @@ def load_config(env: Optional[Mapping[str, str]] = None) -> ProbeConfig:
         fingerprint_interval_s=_seconds_or_zero(env, "EAGLE_PROBE_FINGERPRINT_INTERVAL_S", 1.0),
         log_every_forward=_bool(env, "EAGLE_PROBE_LOG_EVERY_FORWARD", False),
         inner_forward=_choice(env, "EAGLE_PROBE_INNER_FORWARD", "auto", INNER_FORWARD_MODES),
-        draft_accuracy=_fraction(env, "EAGLE_PROBE_DRAFT_ACCURACY", None),
+        draft_accuracy=_accuracy(env, "EAGLE_PROBE_DRAFT_ACCURACY"),
         collapse_ratio=_fraction(env, "EAGLE_PROBE_COLLAPSE_RATIO", 0.6),
         collapse_min_drafts=_positive_int(env, "EAGLE_PROBE_COLLAPSE_MIN_DRAFTS", 64),
         trained_layers=_layer_spec(env, "EAGLE_PROBE_TRAINED_LAYERS"),
@@ -243,6 +303,7 @@ def load_config(env: Optional[Mapping[str, str]] = None) -> ProbeConfig:
         dump_ranks=_ranks(env, "EAGLE_PROBE_DUMP_RANKS", (0,)),
         dump_layers=_choice(env, "EAGLE_PROBE_DUMP_LAYERS", "aux", DUMP_LAYER_CHOICES),
         dump_max_mb=_positive_float_mb(env, "EAGLE_PROBE_DUMP_MAX_MB", 256.0),
+        dump_modes=_modes(env, "EAGLE_PROBE_DUMP_MODES", ("extend",)),
         reference=_reference_file(env, "EAGLE_PROBE_REFERENCE"),
     )
 

@@ -3,10 +3,22 @@
 Per verify step and request: `positions` draft tokens proposed along the chain (the number of speculative
 steps), `accepted` of them accepted (bonus token excluded). Draft position k (0-based) counts as accepted
 iff accepted > k. Mean acceptance length includes the bonus token: 1 + accepted / drafts.
+
+Training accuracies (EAGLE_PROBE_DRAFT_ACCURACY, `--draft-accuracy`) come in two forms:
+- one number a: the per-token accuracy at every position;
+- per-position numbers a_1, ..., a_m, as SpecForge logs them per TTT step (acc_0, acc_1, ...). SpecForge measures
+  step k with the ground-truth tokens as the draft's input, so a_k approximates P(draft token k right | tokens
+  1..k-1 right): a *conditional* accuracy. Served drafts are verified left to right and a token counts only when
+  all before it were accepted, so position k is accepted with probability a_1 * ... * a_k.
+Positions past the last number given reuse the last one. Expected mean accept length (bonus included):
+    E = 1 + sum_{k=1..n} prod_{j<=k} a_j
+which for one number is 1 + a + a^2 + ... + a^n, as before.
 """
 
 from collections import Counter
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple, Union
+
+Accuracy = Union[float, Sequence[float]]
 
 
 def clamped_counts(raw_lengths: Dict[int, int], positions: int) -> Tuple[Dict[int, int], List[int]]:
@@ -29,9 +41,51 @@ def subtract_counts(now: Dict[int, int], before: Dict[int, int]) -> Dict[int, in
     return {length: count - before.get(length, 0) for length, count in now.items() if count != before.get(length, 0)}
 
 
-def expected_mean_length(draft_accuracy: float, positions: int) -> float:
-    """Expected tokens per verify step (bonus included) for a per-token accuracy a: 1 + a + a^2 + ... + a^n."""
-    return 1.0 + sum(draft_accuracy ** k for k in range(1, positions + 1))
+def conditional_accuracies(draft_accuracy: Accuracy, positions: int) -> List[float]:
+    """The conditional accuracy at each of `positions` draft positions (the last number repeats past its end)."""
+    if isinstance(draft_accuracy, (int, float)):
+        return [float(draft_accuracy)] * positions
+    values = [float(v) for v in draft_accuracy]
+    if not values:
+        raise ValueError("no draft accuracy given")
+    return [values[min(k, len(values) - 1)] for k in range(positions)]
+
+
+def expected_per_position_rate(draft_accuracy: Accuracy, positions: int) -> List[float]:
+    """P(draft position k accepted) = a_1 * ... * a_k: comparable with AcceptanceWindow.per_position_rate."""
+    rates, product = [], 1.0
+    for accuracy in conditional_accuracies(draft_accuracy, positions):
+        product *= accuracy
+        rates.append(product)
+    return rates
+
+
+def expected_mean_length(draft_accuracy: Accuracy, positions: int) -> float:
+    """Expected tokens per verify step (bonus included): 1 + sum over k of the product of the conditional
+    accuracies up to k; for one per-token accuracy a, 1 + a + a^2 + ... + a^n."""
+    return 1.0 + sum(expected_per_position_rate(draft_accuracy, positions))
+
+
+def describe_accuracy(draft_accuracy: Accuracy) -> str:
+    """'a per-token draft accuracy of 0.75' or 'per-position training accuracies 0.75, 0.62, 0.55'."""
+    if isinstance(draft_accuracy, (int, float)):
+        return f"a per-token draft accuracy of {draft_accuracy}"
+    return "per-position (conditional) training accuracies " + ", ".join(f"{v:g}" for v in draft_accuracy)
+
+
+def accuracy_for_mean_length(expected: float, positions: int) -> Optional[float]:
+    """The one per-token accuracy whose expected mean length over `positions` is `expected` (bisection); None when
+    no accuracy in (0, 1] gives it. Used when a log carries only expected_mean_accept_length."""
+    if positions < 1 or not 1.0 < expected <= 1.0 + positions:
+        return None
+    low, high = 0.0, 1.0
+    for _ in range(60):
+        middle = (low + high) / 2
+        if expected_mean_length(middle, positions) < expected:
+            low = middle
+        else:
+            high = middle
+    return round(high, 6)
 
 
 class AcceptanceWindow:

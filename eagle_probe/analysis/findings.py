@@ -44,6 +44,10 @@ TP_RANK_DIVERGENCE = "tp_rank_divergence"
 AUX_VALUE_MISMATCH = "aux_value_mismatch"
 # Replay (`eagle-probe replay --search`): the wiring the draft agrees with its target best under.
 TRAINED_LAYERS_INFERRED = "trained_layers_inferred"
+# The draft's vocabulary map (analysis.vocab_map) and acceptance against training (analysis.training_gap).
+DRAFT_VOCAB_MAP_MISSING = "draft_vocab_map_missing"
+DRAFT_VOCAB_MAP_INVALID = "draft_vocab_map_invalid"
+ACCEPTANCE_BELOW_TRAINING = "acceptance_below_training"
 
 ERROR, WARNING, INFO = "error", "warning", "info"
 
@@ -69,6 +73,12 @@ CODES = {
     AUX_VALUE_MISMATCH: (ERROR, "an aux slot's served values differ from the training data's slot"),
     TRAINED_LAYERS_INFERRED: (WARNING, "replay: the draft agrees with its target best when fed other layers than "
                                        "the served ones"),
+    DRAFT_VOCAB_MAP_MISSING: (ERROR, "the draft's vocabulary is smaller than the target's and its checkpoint has no "
+                                     "d2t map: SGLang uses draft ids as target ids"),
+    DRAFT_VOCAB_MAP_INVALID: (ERROR, "the draft's d2t map sends ids out of the target's vocabulary, or two draft ids "
+                                     "to one target id"),
+    ACCEPTANCE_BELOW_TRAINING: (WARNING, "summarize: served acceptance is below what the draft's training accuracies "
+                                         "promise and no finding explains it (error under half the promise)"),
 }
 
 
@@ -233,16 +243,21 @@ def draft_config_layer_finding(model_class: str, draft_ids, expected: Sequence[i
         draft_ids=None if draft_ids is None else list(draft_ids), expected=list(expected), captured=list(captured))
 
 
-def acceptance_collapse_finding(observed: float, expected: float, accuracy: float, positions: int,
+def acceptance_collapse_finding(observed: float, expected: float, accuracy, positions: int,
                                 per_position: Sequence[float], drafts: int, threshold: float,
                                 seen_codes: Sequence[str]) -> Finding:
+    """accuracy: one per-token number or per-position conditional accuracies (analysis.acceptance)."""
+    from .acceptance import describe_accuracy
+
     causes = ", ".join(seen_codes) if seen_codes else "none observed in this process; run `eagle-probe doctor` " \
         "with the target and draft configs and --trained-layers"
+    if not isinstance(accuracy, (int, float)):
+        accuracy = [float(v) for v in accuracy]
     return _finding(
         ACCEPTANCE_COLLAPSE,
         f"mean acceptance length {observed:.2f} tokens per step (bonus included) over {drafts} drafts is "
-        f"{observed / expected:.0%} of the {expected:.2f} expected from a per-token draft accuracy of "
-        f"{accuracy} over {positions} positions (threshold {threshold:.0%}); per-position acceptance "
+        f"{observed / expected:.0%} of the {expected:.2f} expected from {describe_accuracy(accuracy)} "
+        f"over {positions} positions (threshold {threshold:.0%}); per-position acceptance "
         f"{[round(r, 3) for r in per_position]}. Likely causes among the findings seen: {causes}.",
         observed=round(observed, 4), expected=round(expected, 4), draft_accuracy=accuracy,
         per_position_rate=[round(r, 4) for r in per_position], drafts=drafts, likely_causes=list(seen_codes))
