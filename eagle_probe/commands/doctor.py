@@ -220,6 +220,10 @@ def diagnose(target_path: str, draft_path: str, sglang_version: Optional[str] = 
     launch = LaunchSpec(algorithm, cuda_graph, tbo, pp_size, partition)
     pred = predict(target, draft, rules, launch)
     findings = config_findings(target, draft, rules, launch, trained, pred)
+    from .draft_vocab import check_draft_vocab, render_vocab  # the d2t map: headers and d2t only
+    vocab_findings, vocab_map, vocab_notes = check_draft_vocab(draft_path, draft_file, draft_data, target_file,
+                                                               target_data, draft.model_class, DoctorInputError)
+    findings, notes = findings + vocab_findings, notes + vocab_notes
     if trained is None and algorithm == EAGLE3:
         notes.append("no --trained-layers: layer_mismatch not checked (give the layers the draft was trained on)")
     n = target.num_layers
@@ -249,6 +253,7 @@ def diagnose(target_path: str, draft_path: str, sglang_version: Optional[str] = 
                                                  "labels": [capture_label(i, n) for i in trained]},
         "paths": paths,
         "fix": fix_for(target, rules, launch, trained) if trained is not None else None,
+        "vocab_map": vocab_map, "vocab_line": render_vocab(vocab_map),
         "findings": [{"code": f.code, "severity": f.severity, "message": f.message,
                       "evidence": f.evidence_dict()} for f in findings],
         "notes": notes,
@@ -273,6 +278,8 @@ def render_text(result: dict) -> str:
            f"launch  --speculative-algorithm {la['speculative_algorithm']}, CUDA graphs "
            f"{'on' if la['cuda_graph'] else 'off'}, two-batch-overlap {'on' if la['two_batch_overlap'] else 'off'}, "
            f"pp {la['pp_size']}" + (f" (last stage layers {la['last_stage_layers']})" if la["pp_size"] > 1 else "")]
+    if result.get("vocab_line"):
+        out.append(result["vocab_line"])
     if result["trained"]:
         tr = result["trained"]
         out.append("trained on HF hidden_states " + ", ".join(
