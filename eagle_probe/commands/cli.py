@@ -7,20 +7,69 @@ from typing import Optional
 
 from .. import __version__
 from ..bootstrap import BOOTSTRAP_DIR
-from ..config import INNER_FORWARD_MODES, LOG_LEVELS, ConfigError, load_config
+from ..config import DUMP_LAYER_CHOICES, INNER_FORWARD_MODES, LOG_LEVELS, ConfigError, load_config
+
+# `eagle-probe run` options: (option, variable, help). Each value is checked by load_config, as the variable is, so a
+# bad one is named with what it accepts; paths are made absolute (the launched command may change directory).
+RUN_OPTIONS = (
+    ("--log-dir", "EAGLE_PROBE_LOG_DIR", "one JSON-lines file per process here (default: stderr)"),
+    ("--metrics-port", "EAGLE_PROBE_METRICS_PORT", "per-process exporter on ADDR:PORT+tp_rank when SGLang's "
+     "--enable-metrics is off"),
+    ("--metrics-addr", "EAGLE_PROBE_METRICS_ADDR", "the IP address that exporter binds (default 127.0.0.1)"),
+    ("--summary-interval", "EAGLE_PROBE_SUMMARY_INTERVAL_S", "seconds between eagle_probe.summary events"),
+    ("--flush-interval", "EAGLE_PROBE_FLUSH_INTERVAL_S", "seconds between moves of the counts into the Prometheus "
+     "series (0: at the summary and at exit)"),
+    ("--fingerprint-interval", "EAGLE_PROBE_FINGERPRINT_INTERVAL_S", "seconds between sampled aux fingerprints "
+     "(0: off)"),
+    ("--reference", "EAGLE_PROBE_REFERENCE", "a JSON file from `eagle-probe reference`: live slots are compared "
+     "with the training data's"),
+    ("--trained-layers", "EAGLE_PROBE_TRAINED_LAYERS", "the layers the draft was trained on: hf:0,3,31 or "
+     "sglang:-1,2,30"),
+    ("--draft-accuracy", "EAGLE_PROBE_DRAFT_ACCURACY", "the draft's training accuracy: one per-token number "
+     "(0.75) or per-position conditional accuracies as SpecForge logs them (0.75,0.62,0.55)"),
+    ("--collapse-ratio", "EAGLE_PROBE_COLLAPSE_RATIO", "observed / expected accept length under this is "
+     "acceptance_collapse (default 0.6)"),
+    ("--collapse-min-drafts", "EAGLE_PROBE_COLLAPSE_MIN_DRAFTS", "request-steps a window needs before it is judged"),
+    ("--dump-dir", "EAGLE_PROBE_DUMP_DIR", "turn on dumps of target forwards here (they contain token ids)"),
+    ("--dump-every", "EAGLE_PROBE_DUMP_EVERY", "dump the first eligible forward, then every N-th (default 10)"),
+    ("--dump-ranks", "EAGLE_PROBE_DUMP_RANKS", "'all' or comma-separated tp ranks that write dumps (default 0)"),
+    ("--dump-layers", "EAGLE_PROBE_DUMP_LAYERS", "aux (what the draft receives) or all (also every layer's input)"),
+    ("--dump-max-mb", "EAGLE_PROBE_DUMP_MAX_MB", "the dump directory's total size in MB (default 256)"),
+    ("--dump-modes", "EAGLE_PROBE_DUMP_MODES", "forward modes dumped: extend (default), target_verify, or both "
+     "(extend,target_verify)"),
+)
+PATH_OPTIONS = ("--log-dir", "--dump-dir", "--reference")
+# Options that do nothing without another: (options, the one they need, its variable).
+NEEDS = ((("--dump-every", "--dump-ranks", "--dump-layers", "--dump-max-mb", "--dump-modes"), "--dump-dir",
+          "EAGLE_PROBE_DUMP_DIR"),
+         (("--collapse-ratio", "--collapse-min-drafts"), "--draft-accuracy", "EAGLE_PROBE_DRAFT_ACCURACY"))
+
+
+def _dest(option: str) -> str:
+    return option[2:].replace("-", "_")
 
 
 def _option_values(args) -> dict:
     """{variable: (option, value)} for the run options given; a bad value is reported under both names."""
-    values = {
-        "EAGLE_PROBE_LOG_DIR": ("--log-dir", None if args.log_dir is None else os.path.abspath(args.log_dir)),
-        "EAGLE_PROBE_METRICS_PORT": ("--metrics-port", args.metrics_port),
-        "EAGLE_PROBE_LOG_LEVEL": ("--log-level", args.log_level),
-        "EAGLE_PROBE_SUMMARY_INTERVAL_S": ("--summary-interval", args.summary_interval),
-        "EAGLE_PROBE_INNER_FORWARD": ("--inner-forward", args.inner_forward),
-        "EAGLE_PROBE_LOG_EVERY_FORWARD": ("--log-every-forward", "1" if args.log_every_forward else None),
-    }
+    values = {}
+    for option, variable, _ in RUN_OPTIONS:
+        value = getattr(args, _dest(option))
+        if value is not None and option in PATH_OPTIONS:
+            value = os.path.abspath(value)
+        values[variable] = (option, value)
+    values["EAGLE_PROBE_INNER_FORWARD"] = ("--inner-forward", args.inner_forward)
+    values["EAGLE_PROBE_LOG_LEVEL"] = ("--log-level", args.log_level)
+    values["EAGLE_PROBE_LOG_EVERY_FORWARD"] = ("--log-every-forward", "1" if args.log_every_forward else None)
     return {name: (option, value) for name, (option, value) in values.items() if value is not None}
+
+
+def _useless_option(args, env) -> Optional[str]:
+    """An option given that has no effect without another one (neither given as an option nor as a variable)."""
+    for options, needed, variable in NEEDS:
+        given = [o for o in options if getattr(args, _dest(o)) is not None]
+        if given and not env.get(variable):
+            return f"{given[0]} has no effect without {needed} (or {variable})"
+    return None
 
 
 def _run_environment(args, base_env) -> dict:
@@ -69,6 +118,10 @@ def cmd_run(args) -> int:
     if problem is not None:
         option = _option_values(args).get(problem.variable, ("",))[0]
         print(f"eagle-probe run: {option + ': ' if option else ''}{problem}", file=sys.stderr)
+        return 2
+    useless = _useless_option(args, env)
+    if useless:
+        print(f"eagle-probe run: {useless}", file=sys.stderr)
         return 2
     try:
         os.execvpe(command[0], command, env)
@@ -146,11 +199,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="run a command (e.g. python -m sglang.launch_server ...) with the probe injected")
     # Values are checked by load_config, as the variables are, so a bad one is named with what it accepts.
-    run.add_argument("--log-dir", type=_nonblank, help="one JSON-lines file per process here (default: stderr)")
-    run.add_argument("--metrics-port", type=_nonblank, help="per-process exporter on 127.0.0.1:PORT+tp_rank "
-                     "when SGLang's --enable-metrics is off")
+    for option, variable, text in RUN_OPTIONS:
+        if option == "--dump-layers":
+            run.add_argument(option, type=str.lower, choices=DUMP_LAYER_CHOICES, help=f"{text} [{variable}]")
+        else:
+            run.add_argument(option, type=_nonblank, help=f"{text} [{variable}]")
     run.add_argument("--log-level", type=str.lower, choices=LOG_LEVELS)
-    run.add_argument("--summary-interval", type=_nonblank, help="seconds between eagle_probe.summary events")
     run.add_argument("--log-every-forward", action="store_true", help="debug: a line per forward")
     run.add_argument("--inner-forward", type=str.lower, choices=INNER_FORWARD_MODES,
                      help="wrap inner model forwards (auto: off under torch.compile / piecewise CUDA graphs)")
