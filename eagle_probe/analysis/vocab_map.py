@@ -115,3 +115,17 @@ def vocab_map_findings(model_class: str, draft_vocab_size: Optional[int], target
     finding = map_invalid_finding(model_class, map_problems(d2t, draft_vocab_size, target_vocab_size),
                                   draft_vocab_size, target_vocab_size, where)
     return [finding] if finding else []
+
+
+def load_findings(model_class: str, draft_vocab_size: Optional[int], target_vocab_size: Optional[int],
+                  d2t_size: Optional[int], problems: Optional[dict]) -> List[Finding]:
+    """The running probe's check at draft load, from plain values (DraftLoaded): d2t_size None when the checkpoint
+    has no d2t; problems = map_problems(d2t, draft_vocab_size, target_vocab_size), computed once on the CPU copy of
+    the d2t tensor while SGLang loads it (None: not computed)."""
+    where = "the draft's checkpoint (as SGLang loaded it)"
+    if d2t_size is None:
+        return vocab_map_findings(model_class, draft_vocab_size, target_vocab_size, None, where)
+    if problems is None or target_vocab_size is None:
+        return []
+    finding = map_invalid_finding(model_class, problems, draft_vocab_size, target_vocab_size, where)
+    return [finding] if finding else []

@@ -137,6 +137,17 @@ def _nonblank(text: str) -> str:
     return text
 
 
+def _accuracy_option(text: str):
+    """argparse type for --draft-accuracy: the variable's parser, its message (argparse names the option)."""
+    from ..config import DRAFT_ACCURACY_ACCEPTED, parse_accuracy
+
+    try:
+        return parse_accuracy(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not valid ({exc}); accepted: "
+                                         f"{DRAFT_ACCURACY_ACCEPTED}") from None
+
+
 def cmd_summarize(args) -> int:
     import json
 
@@ -163,7 +174,7 @@ def cmd_summarize(args) -> int:
               f"*.jsonl / *.log files or a directory of them)", file=sys.stderr)
         print("\n".join(input_lines(reader.stats())), file=sys.stderr)
         return 2
-    report = build_report(reader.events, reader.stats())
+    report = build_report(reader.events, reader.stats(), args.draft_accuracy)
     if args.html:
         from .summarize.html_report import render_html
         try:
@@ -224,6 +235,9 @@ def build_parser() -> argparse.ArgumentParser:
     summ.add_argument("paths", nargs="*", help="log files or directories (default: stdin)")
     summ.add_argument("--format", choices=("text", "json"), default="text")
     summ.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report with plots")
+    summ.add_argument("--draft-accuracy", type=_accuracy_option, metavar="A[,A2,...]",
+                      help="the draft's training accuracy: one per-token number or per-position conditional "
+                           "accuracies as SpecForge logs them (0.75,0.62,0.55); default: what the probe logged")
     summ.set_defaults(func=cmd_summarize)
 
     compat = sub.add_parser("compat", help="for the installed SGLang: every integration target resolved / skipped "

@@ -111,7 +111,12 @@ BY_EVENT = {
     names.ACCEPTANCE: {
         "steps": OPT_NUMBER, "drafts": OPT_NUMBER, "draft_tokens": OPT_NUMBER, "drafted_tokens": OPT_NUMBER,
         "accepted_tokens": OPT_NUMBER, "mean_accept_length": OPT_NUMBER, "expected_mean_accept_length": OPT_NUMBER,
-        "per_position_rate": OPT_RATES, "accept_length_histogram": OPT_HISTOGRAM, "read_at": OPT_STR},
+        "per_position_rate": OPT_RATES, "accept_length_histogram": OPT_HISTOGRAM, "read_at": OPT_STR,
+        "draft_accuracy": OPT_RATES, "draft_vocab_coverage": OPT_NUMBER},
+    names.DRAFT_LOADED: {"model_class": OPT_STR, "draft_vocab_size": OPT_INT, "target_vocab_size": OPT_INT,
+                         "d2t_size": OPT_INT},
+    names.DRAFT_FORWARD: {"mode": OPT_STR, "aux_width": OPT_INT, "fc_in": OPT_INT, "fc_ran": OPT_BOOL},
+    names.DUMP_WRITTEN: {"path": OPT_STR},
     names.AUX_FINGERPRINT: {
         "role": OPT_STR, "slot": OPT_INT, "step": OPT_INT, "tokens": OPT_INT, "rms": OPT_ANY_NUMBER,
         "absmax": OPT_ANY_NUMBER, "nonfinite": OPT_INT, "label": OPT_STR, "signature": OPT_SIGNATURE},

@@ -8,6 +8,7 @@ import json
 from collections import Counter, defaultdict
 
 from ... import events as names
+from .training import render_training_text, training_section
 from .values import render_values_text, values_section
 
 NOTICE_EVENTS = (names.CONFIG_ERROR, names.UNSUPPORTED_VERSION, names.INTEGRATION_SKIPPED)
@@ -116,8 +117,9 @@ _LISTED = {names.CAPTURE_CONFIGURED: "capture", names.TARGET_FORWARD: "forwards"
            names.ACCEPTANCE: "acceptance"}
 
 
-def build_report(events: list, input_stats=None) -> dict:
-    """input_stats: LogReader.stats(), the lines read and skipped (shown as the report's input section)."""
+def build_report(events: list, input_stats=None, draft_accuracy=None) -> dict:
+    """input_stats: LogReader.stats(), the lines read and skipped (shown as the report's input section);
+    draft_accuracy: summarize's --draft-accuracy (one number or per-position numbers; else read from the logs)."""
     raw = defaultdict(lambda: {"started": None, "capture": [], "forwards": [], "draft": [], "findings": [],
                                "summary": None, "errors": [], "acceptance": []})
     notices = []
@@ -157,8 +159,20 @@ def build_report(events: list, input_stats=None) -> dict:
         })
     values = values_section(events)
     all_findings = [e for e in events if e.get("event") == names.FINDING] + values["findings"]
-    return {"ranks": ranks, "notices": notices, "findings": _group_findings(all_findings), "values": values,
-            "events": len(events), "input": input_stats}
+    report = {"ranks": ranks, "notices": notices, "findings": _group_findings(all_findings), "values": values,
+              "events": len(events), "input": input_stats}
+    # Served acceptance against training: a shortfall no finding explains becomes a finding of the rank it was seen on.
+    training = training_section(events, report, draft_accuracy)
+    report["training"] = training
+    if training["findings"]:
+        for rank in ranks:
+            mine = [f for f in training["findings"] if _rank_key(f) == (rank["tp_rank"], rank["pp_rank"],
+                                                                         rank["dp_rank"], rank["pid"])]
+            if mine:
+                rank["findings"] = _group_findings(raw[(rank["tp_rank"], rank["pp_rank"], rank["dp_rank"],
+                                                        rank["pid"])]["findings"] + mine)
+        report["findings"] = _group_findings(all_findings + training["findings"])
+    return report
 
 
 def _fmt(value, digits=3):
@@ -215,16 +229,29 @@ def render_text(report: dict) -> str:
             if acc["read_at"]:
                 out.append("    read at: " + ", ".join(acc["read_at"]))
         if not rank["findings"]:
-            out.append("  findings: none")
+            out.append(_no_findings(rank, report))
         for f in rank["findings"]:
             when = (f"{f['first_time']} .. {f['last_time']}" if f["first_time"] != f["last_time"]
                     else f"{f['first_time']}")
             out.append(f"  FINDING {f['code']} [{f['severity']}] x{f['count']} ({when}): {f['last_message']}")
         for err in rank["errors"]:
             out.append(f"  probe internal error in {err.get('where')}: {err.get('error')}")
+    out += render_training_text(report["training"]) if report.get("training") else []
     out += render_values_text(report["values"])
     out += input_lines(report.get("input"))
     return "\n".join(out)
+
+
+def _no_findings(rank: dict, report: dict) -> str:
+    """A rank without findings of its own; never a bare 'findings: none' over acceptance below training."""
+    training = report.get("training") or {}
+    below = [r for r in training.get("ranks") or [] if r["below"] and r["pid"] == rank["pid"]
+             and r["tp_rank"] == rank["tp_rank"]]
+    if below:
+        return (f"  findings: none on this rank, but acceptance is below what training promised "
+                f"({below[0]['served_over_promised']:.0%}); findings elsewhere that may explain it: "
+                f"{', '.join(training['explained_by']) or 'none'}")
+    return "  findings: none"
 
 
 def input_lines(stats) -> list:
