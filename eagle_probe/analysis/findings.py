@@ -78,7 +78,7 @@ CODES = {
     DRAFT_VOCAB_MAP_INVALID: (ERROR, "the draft's d2t map sends ids out of the target's vocabulary, or two draft ids "
                                      "to one target id"),
     ACCEPTANCE_BELOW_TRAINING: (WARNING, "summarize: served acceptance is below what the draft's training accuracies "
-                                         "promise and no finding explains it (error under half the promise)"),
+                                         "promise and no finding explains it (error under 60 % of the promise)"),
 }
 
 

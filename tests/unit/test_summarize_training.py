@@ -229,3 +229,15 @@ def test_load_time_vocabulary_findings_from_plain_values():
     assert load_findings("D", 200, 1000, 200, None) == []  # present, values not computed
     problems = map_problems([0] * 199 + [-1], 200, 1000)
     assert [f.code for f in load_findings("D", 200, 1000, 200, problems)] == [F.DRAFT_VOCAB_MAP_INVALID]
+
+
+def test_html_report_shows_the_comparison(tmp_path, capsys):
+    from eagle_probe.commands.summarize.html_report import render_html
+    from eagle_probe.commands.summarize.logread import read_events
+    from eagle_probe.commands.summarize.report import build_report
+
+    log = tmp_path / "probe.jsonl"
+    log.write_text("".join(json.dumps(e) + "\n" for e in healthy_run() + [acceptance([0.05, 0.01, 0.0])]))
+    page = render_html(build_report(read_events([str(log)]), None, (0.75, 0.62, 0.55)))
+    assert "Acceptance against training" in page and 'class="checks"' in page
+    assert "acceptance_below_training" in page and "eagle-probe replay" in page

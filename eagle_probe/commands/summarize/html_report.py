@@ -204,6 +204,28 @@ def _input_section(stats: Optional[dict]) -> str:
     return "".join(out)
 
 
+def _training_section(training: dict) -> list:
+    """Served acceptance against the training accuracies (summarize/training.py), per rank and position."""
+    if training.get("accuracy") is None:
+        return []
+    out = [f"<h2>Acceptance against training</h2><p>accuracies {_e(training['accuracy'])} "
+           f"({_e(training['accuracy_source'])})</p>"]
+    rows = [(row["where"], p["position"], _num(p["served_rate"]), _num(p["promised_rate"]),
+             _num(p["served_conditional"]), _num(p["promised_conditional"]), "short" if p["below"] else "")
+            for row in training["ranks"] for p in row["per_position"]]
+    out.append(_table(("rank", "position", "served", "promised", "served conditional", "promised conditional",
+                       ""), rows, "training"))
+    out.append(_table(("rank", "served mean accept length", "promised", "ratio", "drafts", "verdict"), [
+        (row["where"], _num(row["served_mean_accept_length"], 2), _num(row["promised_mean_accept_length"], 2),
+         _num(row["served_over_promised"]), row["drafts"], "below" if row["below"] else "within")
+        for row in training["ranks"]], "training-totals"))
+    if training.get("checks"):
+        out.append(_table(("check", "status", "detail"), [(c["check"], c["status"], c["detail"])
+                                                         for c in training["checks"]], "checks"))
+        out.append("<ol>" + "".join(f"<li>{_e(step)}</li>" for step in training["next_steps"]) + "</ol>")
+    return out
+
+
 def render_html(report: dict, title: str = "eagle-probe report") -> str:
     parts = [
         "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">",
@@ -243,6 +265,7 @@ def render_html(report: dict, title: str = "eagle-probe report") -> str:
         parts.append("<div>" + "".join(_img(svg, alt, pid) for pid, alt, svg in plot_list) + "</div>")
     else:
         parts.append("<p>No <code>eagle_probe.acceptance</code> events in these logs.</p>")
+    parts += _training_section(report.get("training") or {})
     parts += _values_section(report.get("values") or {})
     for r in report["ranks"]:
         parts.append(f"<h2>tp_rank {_e(r['tp_rank'])}, pp_rank {_e(r['pp_rank'])}, dp_rank {_e(r['dp_rank'])}, "
