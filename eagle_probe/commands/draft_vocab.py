@@ -19,6 +19,11 @@ def is_d2t(name: str) -> bool:
     return "d2t" in name
 
 
+def kimi_takes(name: str) -> bool:
+    """Eagle3DeepseekV2ForCausalLM (kimi_k25_eagle3.py) takes only the exact name or a '.d2t' suffix."""
+    return name == "d2t" or name.endswith(".d2t")
+
+
 def _vocab(data: dict, key: str, file: str, what: str, error: type) -> Optional[int]:
     value = data.get(key)
     if value is None:
@@ -68,6 +73,10 @@ def check_draft_vocab(draft_path: str, draft_file: str, draft_data: dict, target
     found = find_tensor(files, headers, is_d2t)
     where = f"the checkpoint ({draft_dir}, {len(files)} safetensors file(s))"
     d2t = None
+    if found is not None and "deepseek" in model_class.lower() and not kimi_takes(found[1]):
+        notes.append(f"draft: {model_class} loads d2t only under the name 'd2t' or '*.d2t'; the checkpoint's "
+                     f"{found[1]!r} is ignored by SGLang, so the map counts as missing")
+        found = None
     if found is not None:
         file, name = found
         entry = headers[file][name]

@@ -191,3 +191,12 @@ def test_header_reader_matches_safetensors(tmp_path):
     draft = draft_dir(tmp_path, tensors={"d2t": good_d2t()})
     header = read_header(os.path.join(draft, "model.safetensors"), ValueError)
     assert header["d2t"]["dtype"] == "I64" and header["fc.weight"]["shape"] == [64, 192]
+
+
+def test_kimi_draft_takes_only_the_exact_name(tmp_path, capsys):
+    draft = draft_dir(tmp_path, tensors={"model.d2t_map": good_d2t()})
+    config = json.loads((tmp_path / "draft" / "config.json").read_text())
+    config["architectures"] = ["Eagle3DeepseekV2ForCausalLM"]
+    (tmp_path / "draft" / "config.json").write_text(json.dumps(config))
+    rc, res, _ = doctor(capsys, "--target", target_dir(tmp_path), "--draft", draft)
+    assert codes(res) == [F.DRAFT_VOCAB_MAP_MISSING] and any("is ignored by SGLang" in n for n in res["notes"])
