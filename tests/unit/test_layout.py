@@ -64,3 +64,15 @@ COMMANDS = sorted(PACKAGE.glob("commands/**/*.py"))
 def test_commands_read_dumps_through_the_shared_format(path):
     """The dump file format is shared vocabulary: the offline commands never reach into the runtime's writer."""
     assert not [n for n in imported_names(path) if n.startswith("eagle_probe.runtime.values.dump")]
+
+
+# Small modules with one job each: the serving side stays readable at once, the commands close to it.
+SIZE_LIMITS = {"runtime": 250, "commands": 400}
+
+
+@pytest.mark.parametrize("folder", sorted(SIZE_LIMITS))
+def test_no_module_outgrows_its_folder_limit(folder):
+    limit = SIZE_LIMITS[folder]
+    sizes = {str(p.relative_to(PACKAGE)): len(p.read_text(encoding="utf-8").splitlines())
+             for p in PACKAGE.glob(f"{folder}/**/*.py")}
+    assert {path: n for path, n in sizes.items() if n > limit} == {}
