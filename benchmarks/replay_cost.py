@@ -20,9 +20,11 @@ import torch
 
 sys.path.insert(0, __file__.rsplit("/benchmarks/", 1)[0])
 
-from eagle_probe.commands.replay.draft import DraftWeights, Layer, TorchDraft, greedy_tokens  # noqa: E402
+from eagle_probe.commands.replay.draft import TorchDraft  # noqa: E402
+from eagle_probe.commands.replay.evaluate import greedy_tokens  # noqa: E402
 from eagle_probe.commands.replay.run import flops_per_wiring  # noqa: E402
 from eagle_probe.commands.replay.spec import DraftSpec, RopeSpec  # noqa: E402
+from eagle_probe.commands.replay.weights import DraftWeights, Layer  # noqa: E402
 
 
 def build(args, device) -> TorchDraft:

@@ -1,7 +1,7 @@
 """The supported SGLang range and what each release does, in one table (RULES).
 
 Every row was decided from the source of each release between 0.5.8 and 0.5.23 (wheels read, not
-imported) and is re-proven on every release by the contract check (eagle_probe/contract.py,
+imported) and is re-proven on every release by the contract check (eagle_probe/commands/contract/,
 tools/contract_check.py, tests/contract): each field below has a claim there that fails, naming the
 release and the claim, when a release does not do what its row says. The running probe, `doctor` and
 `compat` ask this module; nothing else compares version numbers.
@@ -161,7 +161,7 @@ _OLD_TBO = "model_forward_maybe_tbo"
 _KIMI_DRAFT = "sglang.srt.models.kimi_k25_eagle3"  # Kimi-K2.5's EAGLE-3 MLA draft, from 0.5.12
 
 # Ordered by first release; a release uses the last row whose `first` is <= it. Pre-releases (rc) are
-# not claimed. Every field is proven per release by eagle_probe.contract.
+# not claimed. Every field is proven per release by eagle_probe.commands.contract.
 RULES = (
     VersionRules(
         (0, 5, 8, 0), PLUS_ONE_ALWAYS, "list", True, False, verified=True, tested="0.5.8",

@@ -3,7 +3,7 @@
 ``SGLANG_CPU_PROBE_STATE_DIR=DIR``: a daemon thread in every SGLang process writes, every 0.25 s once the probe's
 recorder there knows its ranks (a scheduler), ``DIR/state-PID.json``: ``{"pid", "time", "sizes"}`` where
 ``sizes`` maps each container the probe keeps between observations (the recorder's dicts, lists and sets, its
-counts, acceptance monitor, fingerprint sampler, metrics sink, and the integrations' module caches) to its
+parts', acceptance monitor, fingerprint sampler, metrics sink, and the integrations' module caches) to its
 ``len()``. A test compares two reports to show that the probe's state does not grow with requests. Applied from
 ``sglang_cpu/site/sitecustomize.py``; off unless the variable is set.
 """
@@ -46,9 +46,10 @@ def sizes() -> dict:
         return {}
     out: dict = {}
     _add(out, "recorder", recorder)
-    _add(out, "counts", recorder.counts)
-    _add(out, "acceptance", recorder.acceptance)
-    for name in ("fingerprints", "metrics"):
+    _add(out, "outputs", recorder.out)
+    for part in recorder.parts:
+        _add(out, type(part).__name__, part)
+    for name in ("acceptance", "fingerprints", "metrics"):
         if getattr(recorder, name, None) is not None:
             _add(out, name, getattr(recorder, name))
     for module_name, attrs in MODULE_CACHES.items():

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Contract check over every SGLang release in the supported range (see eagle_probe/contract.py).
+"""Contract check over every SGLang release in the supported range (see eagle_probe/commands/contract/).
 
     .venv/bin/python tools/contract_check.py            # all releases from PyPI, wheels cached in .cache/sglang-wheels
     .venv/bin/python tools/contract_check.py 0.5.8 0.5.23

@@ -9,7 +9,7 @@ and calls `predict` and `config_findings`. The findings reuse the running probe'
 from dataclasses import dataclass, field, replace
 from typing import List, Optional, Sequence, Tuple
 
-from ..runtime.observations import CaptureConfigured
+from ..observations import CaptureConfigured
 from .findings import Finding
 from ..versions import VersionRules
 from .draft_rules import draft_input_findings, ids_for_capture, layer_mismatch_findings

@@ -8,7 +8,7 @@ from .fingerprints import RMS_SPREAD_TOLERANCE, SIGNATURE_COSINE_TOLERANCE
 from .layers import apply_capture_rule, capture_label, unreachable_indices
 
 if TYPE_CHECKING:  # the observation types only; analysis never needs the runtime itself
-    from ..runtime.observations import CaptureConfigured, TargetForward
+    from ..observations import CaptureConfigured, TargetForward
 
 
 @dataclass(frozen=True)

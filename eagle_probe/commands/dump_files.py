@@ -6,11 +6,10 @@ import os
 from dataclasses import dataclass, field
 from typing import Dict, List, Tuple
 
-from ..runtime.values.dumps import (AUX, FINAL, FORMAT_KEY, FORMAT_VERSION, INPUT_IDS, LAYER_PREFIX, META_KEY,
-                                    POSITIONS, REQUIRED, SUFFIX)
+from ..dump_format import (AUX, FINAL, FORMAT_KEY, FORMAT_VERSION, INPUT_IDS, LAYER_PREFIX, META_KEY,
+                           POSITIONS, PREFIX_LENS, REQUIRED, SEQ_LENS, SUFFIX)
 from .safetensors_io import open_safetensors, read_tensor
 
-SEQ_LENS, PREFIX_LENS = "extend_seq_lens", "extend_prefix_lens"
 NO_DUMPS_HINT = ("the probe writes them when EAGLE_PROBE_DUMP_DIR is set (EAGLE_PROBE_DUMP_LAYERS=all for replay "
                  "--search and parity's best matches)")
 

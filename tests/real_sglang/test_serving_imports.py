@@ -31,9 +31,9 @@ del ds.DeepseekV2ForCausalLM.set_eagle3_layers_to_capture  # a release without t
 import eagle_probe
 assert eagle_probe.install(env={"EAGLE_PROBE_LOG_DIR": sys.argv[1]})
 from eagle_probe.runtime.state import STATE
-from eagle_probe.runtime.observations import Ranks
+from eagle_probe.observations import Ranks
 STATE.recorder._read_ranks = lambda: Ranks(tp_rank=0, tp_size=1, pp_rank=0)  # as in a scheduler after init
-STATE.recorder.verify_step(__import__("eagle_probe.runtime.observations", fromlist=["x"]).VerifyStep((1, 0), 2))
+STATE.recorder.verify_step(__import__("eagle_probe.observations", fromlist=["x"]).VerifyStep((1, 0), 2))
 STATE.recorder.flush()
 print(json.dumps({"loaded": sorted(m for m in sys.modules if m.startswith("eagle_probe")), "asked": asked,
                   "patched": eagle_probe.patched_targets()}))

@@ -207,7 +207,7 @@ def test_raising_sink_never_reaches_sglang(dense, probe):
         raise RuntimeError("sink is broken")
 
     recorder = STATE.recorder
-    recorder._signatures.clear()
+    recorder.forget()
     deepseek_v2.reset()  # forget the wrapper's last signatures too, so every forward is new again
     recorder.logs.emit = broken  # every log line now raises inside the probe
     got = run_all_modes(runner)

@@ -9,7 +9,7 @@ import pytest
 from eagle_probe.analysis.acceptance import AcceptanceWindow, expected_mean_length
 from eagle_probe.analysis.draft_weights import unconsumed_weights
 from eagle_probe.config import ProbeConfig
-from eagle_probe.runtime.observations import Ranks, VerifyStep
+from eagle_probe.observations import Ranks, VerifyStep
 from eagle_probe.runtime.recorder import Recorder
 from eagle_probe.runtime.sinks.logs import LogSink
 from eagle_probe.runtime.sinks.metrics import MetricsSink

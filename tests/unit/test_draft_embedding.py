@@ -5,7 +5,7 @@ import torch
 from safetensors.torch import save_file
 
 from eagle_probe.analysis.findings import draft_replaced_finding
-from eagle_probe.runtime.observations import DraftLoaded
+from eagle_probe.observations import DraftLoaded
 from eagle_probe.runtime.values import embedding_check
 
 

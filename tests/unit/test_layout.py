@@ -10,7 +10,8 @@ import pytest
 PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "eagle_probe"
 # What a serving process loads: the runtime, the shared vocabulary, the bootstrap.
 SERVING = sorted([*PACKAGE.glob("runtime/**/*.py"), PACKAGE / "__init__.py", PACKAGE / "config.py",
-                  PACKAGE / "events.py", PACKAGE / "versions.py", *PACKAGE.glob("bootstrap/*.py")])
+                  PACKAGE / "events.py", PACKAGE / "versions.py", PACKAGE / "observations.py", PACKAGE / "dump_format.py",
+                  *PACKAGE.glob("bootstrap/*.py")])
 ANALYSIS = sorted(PACKAGE.glob("analysis/*.py"))
 TOOLS = ("subprocess", "urllib", "http")
 
@@ -44,14 +45,34 @@ def test_serving_side_imports_no_command_and_no_tool(path):
 def test_analysis_imports_no_sglang_and_no_commands(path):
     names = list(imported_names(path))
     assert not [n for n in names if n.split(".")[0] in ("sglang", "torch") or n.startswith("eagle_probe.commands")]
-    # The observation types are the only runtime module the rules know (they are plain values).
-    assert {n for n in names if n.startswith("eagle_probe.runtime")} <= {
-        "eagle_probe.runtime.observations", "eagle_probe.runtime.observations.CaptureConfigured",
-        "eagle_probe.runtime.observations.TargetForward"}
+    # The rules read the observations from the shared vocabulary, never from the serving side.
+    assert not [n for n in names if n.startswith("eagle_probe.runtime")]
 
 
 def test_top_level_holds_only_the_shared_vocabulary():
     modules = sorted(p.name for p in PACKAGE.glob("*.py"))
-    assert modules == ["__init__.py", "__main__.py", "config.py", "events.py", "versions.py"]
+    assert modules == ["__init__.py", "__main__.py", "config.py", "dump_format.py", "events.py", "observations.py",
+                       "versions.py"]
     assert sorted(p.name for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__") == [
         "analysis", "bootstrap", "commands", "runtime"]
+
+
+COMMANDS = sorted(PACKAGE.glob("commands/**/*.py"))
+
+
+@pytest.mark.parametrize("path", COMMANDS, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_commands_read_dumps_through_the_shared_format(path):
+    """The dump file format is shared vocabulary: the offline commands never reach into the runtime's writer."""
+    assert not [n for n in imported_names(path) if n.startswith("eagle_probe.runtime.values.dump")]
+
+
+# Small modules with one job each: the serving side stays readable at once, the commands close to it.
+SIZE_LIMITS = {"runtime": 250, "commands": 400}
+
+
+@pytest.mark.parametrize("folder", sorted(SIZE_LIMITS))
+def test_no_module_outgrows_its_folder_limit(folder):
+    limit = SIZE_LIMITS[folder]
+    sizes = {str(p.relative_to(PACKAGE)): len(p.read_text(encoding="utf-8").splitlines())
+             for p in PACKAGE.glob(f"{folder}/**/*.py")}
+    assert {path: n for path, n in sizes.items() if n > limit} == {}

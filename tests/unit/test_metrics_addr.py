@@ -10,7 +10,7 @@ import prometheus_client
 import pytest
 
 from eagle_probe.config import ConfigError, ProbeConfig, load_config
-from eagle_probe.runtime.observations import Ranks, VerifyStep
+from eagle_probe.observations import Ranks, VerifyStep
 from eagle_probe.runtime.recorder import Recorder
 from eagle_probe.runtime.sinks.logs import LogSink
 from eagle_probe.runtime.sinks.metrics import MetricsSink

@@ -6,7 +6,7 @@ import json
 import prometheus_client
 
 from eagle_probe.config import ProbeConfig
-from eagle_probe.runtime.observations import CaptureConfigured, Ranks, TargetForward
+from eagle_probe.observations import CaptureConfigured, Ranks, TargetForward
 from eagle_probe.runtime.recorder import Recorder
 from eagle_probe.runtime.sinks.logs import LogSink
 from eagle_probe.runtime.sinks.metrics import MetricsSink

@@ -6,8 +6,10 @@ with the target's greedy token at t + 1 (its lm_head over the dumped final hidde
 that agreement is the position-0 acceptance rate. `--search` (all-layer dumps) finds the wiring, one HF
 hidden_states index per aux slot, under which the draft agrees best: the layers it was most likely trained on.
 
-Modules, one job each: spec (the draft config as SGLang reads it), checkpoints (safetensors reading), draft (the
-torch draft), dumps (dump files -> rows), evaluate (agreement per wiring), run (one replay -> report dict, text).
+Modules, one job each: spec (the draft config as SGLang reads it), checkpoints (safetensors reading), weights (a
+draft checkpoint -> checked float32 weights), rope (rotary tables), attention (causal attention per request, batched),
+draft (the torch draft's forward), dumps (dump files -> rows), evaluate (the target's tokens, agreement per wiring),
+run (one replay -> report dict, text).
 Exit status: 0, or 2 for bad input (the message names the file and what is wrong).
 """
 

@@ -12,7 +12,7 @@ from typing import Dict, List, Sequence, Tuple
 
 import torch
 
-from ...runtime.values.dumps import AUX, FINAL, INPUT_IDS, POSITIONS
+from ...dump_format import AUX, FINAL, INPUT_IDS, POSITIONS
 from ..dump_files import Dump, DumpError, read_dump_dir
 
 

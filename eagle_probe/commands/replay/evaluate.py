@@ -13,11 +13,26 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from .draft import TorchDraft, greedy_tokens
+from .draft import TorchDraft
 from .dumps import DumpRows
 
 ROW_BUDGET = {"cpu": 4096, "cuda": 16384}  # rows per pass when several wirings are stacked
 Score = Tuple[int, int, Optional[float]]  # (correct, positions, mean log-probability of the target's token)
+
+
+def greedy_tokens(final_hidden: torch.Tensor, lm_head: torch.Tensor, device, vocab_rows: int = 16384) -> torch.Tensor:
+    """argmax(final_hidden @ lm_head.T) per row, over vocabulary chunks (the head stays in its stored dtype and is
+    cast a chunk at a time); the first maximum wins, as torch.argmax."""
+    x = final_hidden.to(device=device, dtype=torch.float32)
+    best = torch.full((x.shape[0],), -float("inf"), device=device)
+    arg = torch.zeros(x.shape[0], dtype=torch.long, device=device)
+    for start in range(0, lm_head.shape[0], vocab_rows):
+        chunk = lm_head[start:start + vocab_rows].to(device=device, dtype=torch.float32)
+        values, index = (x @ chunk.T).max(-1)
+        better = values > best
+        best = torch.where(better, values, best)
+        arg = torch.where(better, index + start, arg)
+    return arg
 
 
 class Evaluator:

@@ -7,7 +7,7 @@ sglang.srt.distributed. Reading before initialisation returns None (the main pro
 import sys
 from typing import Optional
 
-from ..observations import Ranks
+from ...observations import Ranks
 from . import sglang_context
 
 

@@ -16,7 +16,7 @@ from operator import attrgetter
 
 from ... import versions
 from ..context import sglang_context
-from ..observations import VerifyStep
+from ...observations import VerifyStep
 from ..state import STATE
 from ..patcher import Integration, PatchTarget
 

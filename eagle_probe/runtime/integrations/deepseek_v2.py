@@ -5,22 +5,19 @@ DeepseekV2ForCausalLM.set_eagle3_layers_to_capture (capture configuration). Subc
 these methods are covered by the same wrappers.
 """
 
-import os
 import sys
-import time
 import weakref
 
-from ... import __version__, versions
-from ...analysis.layers import capture_label, split_layers
-from ..observations import CaptureConfigured, TargetForward
-from ..context.roles import role_of
-from ..state import STATE
-from ..patcher import Integration, PatchTarget
-from ..recorder import forward_count_key
-from ..values import dumps
-from ..values.dumps import DumpJob
-from ..values.sampler import SampleContext, deliver_ready, real_tokens, sampled_mode
+from ... import versions
+from ...analysis.layers import split_layers
+from ...observations import CaptureConfigured, TargetForward
 from ..context.graph_capture import is_capturing
+from ..context.roles import role_of
+from ..parts.forwards import forward_count_key
+from ..patcher import Integration, PatchTarget
+from ..state import STATE
+from ..values.dump_plan import plan_forward, submit_forward
+from ..values.sampler import sample_target_forward
 
 MODULE = "sglang.srt.models.deepseek_v2"
 
@@ -146,7 +143,7 @@ def _after_forward(facts, result, error):
     sampler = recorder.fingerprints
     if sampler is not None and error is None:
         try:
-            _sample_values(sampler, recorder, static, mode, capturing, forward_batch, result, layers)
+            sample_target_forward(sampler, recorder, static, mode, capturing, forward_batch, result, layers)
         except Exception as exc:
             STATE.report_error("deepseek_v2.fingerprint", exc)
     if error is None and not recorder.log_every_forward:
@@ -159,42 +156,6 @@ def _after_forward(facts, result, error):
     recorder.target_forward(obs)
     if error is None and not recorder.log_every_forward:
         static.last[mode] = (signature, forward_count_key(obs), len(obs.lost))
-
-
-def _sample_values(sampler, recorder, static, mode, capturing, forward_batch, result, layers):
-    """Read finished fingerprints; on the first eager EXTEND / TARGET_VERIFY forward of a sampling interval, queue
-    the reductions of the aux states this forward returns (as the draft receives them)."""
-    if sampler.pending:
-        deliver_ready(sampler, recorder)
-    if capturing or not sampled_mode(mode) or type(result) is not tuple or len(result) != 2:
-        return
-    wall = sampler.due(static.role)
-    if wall is None:
-        return
-    hidden, aux = result
-    if isinstance(aux, (list, tuple)):
-        if not aux:
-            return
-        aux = torch_stack_last(aux)
-    width = hidden.shape[-1]
-    slots = aux.shape[-1] // width if width else 0
-    if not slots or aux.shape[-1] != slots * width:
-        return
-    tokens = real_tokens(forward_batch, aux.shape[0])
-    indices = tuple(sorted(set(layers)))[:slots]  # SGLang captures in layer order, each layer once
-    if len(indices) != slots:
-        indices = (None,) * slots
-    context = SampleContext(role=static.role, mode=mode.name, step=static.forwards, tokens=tokens,
-                            capture_indices=indices, widths=(width,) * slots, num_layers=static.num_layers, wall=wall)
-    if sampler.queue(aux[:tokens], slots, width, context):
-        deliver_ready(sampler, recorder)  # on the CPU the values are there at once; on a GPU, on a later forward
-
-
-def torch_stack_last(tensors):
-    """A list-format release's aux states, packed as the draft receives them."""
-    import torch
-
-    return torch.cat(tuple(tensors), dim=-1)
 
 
 def _observation(static, mode, layers, can_run_tbo, capturing, input_ids, result, error) -> TargetForward:
@@ -234,7 +195,8 @@ def model_forward_wrapper(wrapped, instance, args, kwargs):
     dump = None
     if facts is not None and STATE.recorder.dump_planner is not None:
         try:
-            dump = _plan_dump(instance, facts, STATE.recorder)
+            static, forward_batch, _, _, can_run_tbo, capturing = facts
+            dump = plan_forward(instance, static, forward_batch, can_run_tbo, capturing, STATE.recorder)
         except Exception as exc:
             STATE.report_error("dumps.plan", exc)
     try:
@@ -252,7 +214,9 @@ def model_forward_wrapper(wrapped, instance, args, kwargs):
         try:
             dump.remove_taps()
             if dump.write:
-                _submit_dump(dump, instance, facts, args, kwargs, result, STATE.recorder)
+                static, forward_batch, input_ids, layers, _, _ = facts
+                positions = args[1] if len(args) > 1 else kwargs.get("positions")
+                submit_forward(dump, static, forward_batch, input_ids, positions, layers, result, STATE.recorder)
         except Exception as exc:
             STATE.report_error("dumps.submit", exc)
     if facts is not None:
@@ -261,62 +225,6 @@ def model_forward_wrapper(wrapped, instance, args, kwargs):
         except Exception as exc:
             STATE.report_error("deepseek_v2.forward.after", exc)
     return result
-
-
-def _plan_dump(instance, facts, recorder):
-    static, forward_batch, _, _, can_run_tbo, capturing = facts
-    if capturing or static.role != "target" or forward_batch.forward_mode.name != "EXTEND":
-        return None
-    writer = recorder.dump_writer
-    if recorder.ranks is None:
-        recorder._ensure_ranks()
-    if not writer.stopped and not writer.prepared:
-        try:
-            writer.prepare()
-        except OSError as exc:
-            writer.stop("unwritable", f"{type(exc).__name__}: {exc}")
-    tp_rank = recorder.ranks.tp_rank if recorder.ranks is not None else 0
-    return recorder.dump_planner.plan(instance, tp_rank, can_run_tbo, not writer.stopped)
-
-
-def _submit_dump(plan, instance, facts, args, kwargs, result, recorder):
-    """Queue the host copies of what the draft is fed by this forward, with the file's metadata."""
-    import torch
-
-    static, forward_batch, input_ids, layers, _, _ = facts
-    if type(result) is not tuple or len(result) != 2:
-        return  # not the last pipeline stage, or capture off: nothing is fed to a draft here
-    hidden, aux = result
-    if isinstance(aux, (list, tuple)):
-        aux = torch_stack_last(aux)
-    positions = args[1] if len(args) > 1 else kwargs.get("positions")
-    tokens = real_tokens(forward_batch, hidden.shape[0])
-    tensors = {dumps.AUX: aux[:tokens], dumps.FINAL: hidden[:tokens], dumps.INPUT_IDS: input_ids[:tokens],
-               dumps.POSITIONS: positions[:tokens]}
-    for name in ("extend_seq_lens", "extend_prefix_lens"):
-        values = getattr(forward_batch, f"{name}_cpu", None)
-        if isinstance(values, list):
-            tensors[name] = torch.tensor(values, dtype=torch.int64)
-    kept = plan.kept or {}
-    for index, value in sorted(kept.items()):
-        tensors[f"{dumps.LAYER_PREFIX}{index}"] = value[:tokens]
-    captured = sorted(set(layers))
-    ranks = recorder.ranks
-    metadata = {
-        "format_version": 1, "probe_version": __version__, "sglang_version": recorder.sglang_version,
-        "model_class": static.model_class, "dtype": _dtype_name(hidden.dtype), "mode": "EXTEND",
-        "step": static.forwards + 1,
-        "dump_index": plan.step, "tokens": tokens, "requests": len(tensors.get("extend_seq_lens", ())),
-        "hidden_size": int(hidden.shape[-1]), "num_layers": static.num_layers,
-        "capture_indices": captured, "hf_indices": captured,
-        "labels": [capture_label(i, static.num_layers) for i in captured],
-        "layer_indices": sorted(kept), "all_layers": bool(kept),
-        "tp_rank": None if ranks is None else ranks.tp_rank, "tp_size": None if ranks is None else ranks.tp_size,
-        "pp_rank": None if ranks is None else ranks.pp_rank, "dp_rank": None if ranks is None else ranks.dp_rank,
-        "pid": os.getpid(), "time": time.time(),
-    }
-    if not recorder.dump_writer.submit(DumpJob(tensors, metadata)):
-        recorder.dump_skipped("writer_behind")
 
 
 def reset():

@@ -8,10 +8,11 @@ it, Kimi-K2.5's MLA draft; and LlamaForCausalLMEagle3.load_weights (which drops 
 import weakref
 
 from ...analysis.draft_weights import unconsumed_weights
-from ..observations import DraftForward, DraftLoaded
+from ...observations import DraftForward, DraftLoaded
 from ..state import STATE
 from ..patcher import Integration, PatchTarget
-from ..recorder import SELF_FED_DRAFT_MODES, draft_count_key
+from ..parts.draft import SELF_FED_DRAFT_MODES
+from ..parts.forwards import draft_count_key
 from ..values.embedding_check import compare_with_target
 from ..values.sampler import SampleContext, deliver_ready, real_tokens, sampled_mode
 from ..context.graph_capture import is_capturing

@@ -20,65 +20,9 @@ import socket
 import threading
 import time
 
-FORMAT_VERSION = "1"
-SUFFIX = ".safetensors"
-# The file layout (README "Dump files"), read back by the offline commands.
-AUX, FINAL, INPUT_IDS, POSITIONS = "aux_hidden_states", "final_hidden_state", "input_ids", "positions"
-REQUIRED = (AUX, FINAL, INPUT_IDS, POSITIONS)
-LAYER_PREFIX = "hidden_states."  # hidden_states.I: the residual stream entering layer I (all-layer dumps)
-FORMAT_KEY, META_KEY = "eagle_probe.format", "eagle_probe.meta"
+from ...dump_format import FORMAT_KEY, FORMAT_VERSION, META_KEY, SUFFIX
+
 _POLL_S = 0.005
-
-
-class LayerTee:
-    """Stands where SGLang passes a decoder layer its capture collector: keeps a copy of what the layer captures
-    (the residual stream entering it) and hands the same call on to SGLang's own collector, if any."""
-
-    def __init__(self, own, index: int, kept: dict, keep: bool):
-        self._own, self._index, self._kept, self._keep = own, index, kept, keep
-
-    def _take(self, value):
-        if self._keep:
-            self._kept[self._index] = value.detach().clone()
-
-    def capture(self, value, owned=False):
-        self._take(value)
-        if self._own is not None:
-            self._own.capture(value, owned=owned)
-
-    def append(self, value):
-        self._take(value)
-        if self._own is not None:
-            self._own.append(value)
-
-    def extend(self, values):
-        for value in values:
-            self.append(value)
-
-    def __len__(self):
-        return len(self._own) if self._own is not None else 0
-
-
-def tap_layers(model, start: int, end: int, kwarg: str, keep: bool):
-    """Shadow each decoder layer's forward for one model forward. Returns (kept {layer index: tensor}, untap)."""
-    kept, tapped = {}, []
-    for index in range(start, end):
-        layer = model.layers[index]
-        original = layer.forward
-
-        def forward(*args, _original=original, _index=index, **kwargs):
-            kwargs[kwarg] = LayerTee(kwargs.get(kwarg), _index, kept, keep)
-            return _original(*args, **kwargs)
-
-        layer.forward = forward
-        tapped.append((layer, forward))
-
-    def untap():
-        for layer, forward in tapped:
-            if vars(layer).get("forward") is forward:
-                del layer.forward
-
-    return kept, untap
 
 
 def _to_host(tensor, cuda: bool):
@@ -243,41 +187,3 @@ class DumpWriter:
             self.stop(_ERRNO_REASONS.get(exc.errno, "unwritable"), f"{type(exc).__name__}: {exc}")
             return
         self._on_written(path, len(payload))
-
-
-class DumpPlan:
-    """One planned dump: whether this rank writes it, and the layer taps to remove after the forward."""
-
-    __slots__ = ("write", "step", "kept", "untap")
-
-    def __init__(self, write: bool, step: int, kept=None, untap=None):
-        self.write, self.step, self.kept, self.untap = write, step, kept, untap
-
-    def remove_taps(self):
-        if self.untap is not None:
-            self.untap()
-            self.untap = None
-
-
-class DumpPlanner:
-    """Which target forwards are dumped: decided from counts that are equal on every rank, never from whether
-    this rank's writer still runs (taps must stay matched across ranks)."""
-
-    def __init__(self, every: int, ranks, all_layers: bool, layer_kwarg):
-        self.every = every
-        self.ranks = None if ranks is None else frozenset(ranks)
-        self.all_layers = all_layers and layer_kwarg is not None
-        self.layer_kwarg = layer_kwarg
-        self.eligible = 0
-
-    def plan(self, model, tp_rank, can_run_tbo: bool, writer_running: bool):
-        """For an eager target EXTEND forward about to run: a DumpPlan, or None."""
-        self.eligible += 1
-        if (self.eligible - 1) % self.every:
-            return None
-        write = writer_running and (self.ranks is None or (tp_rank or 0) in self.ranks)
-        plan = DumpPlan(write, self.eligible)
-        if self.all_layers and not can_run_tbo:  # TBO runs its layers elsewhere: aux only then
-            plan.kept, plan.untap = tap_layers(model, int(model.start_layer), int(model.end_layer),
-                                               self.layer_kwarg, keep=write)
-        return plan

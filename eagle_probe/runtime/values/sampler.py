@@ -93,3 +93,40 @@ def real_tokens(forward_batch, rows: int) -> int:
 def deliver_ready(sampler: FingerprintSampler, recorder) -> None:
     for context, values in sampler.take_ready():
         recorder.aux_sampled(context, values)
+
+
+def packed_aux(aux):
+    """The aux states as the draft receives them: a list-format release's list packed into one [T, K*H] tensor."""
+    if isinstance(aux, (list, tuple)):
+        import torch
+
+        return torch.cat(tuple(aux), dim=-1)
+    return aux
+
+
+def sample_target_forward(sampler, recorder, static, mode, capturing, forward_batch, result, layers):
+    """Read finished fingerprints; on the first eager EXTEND / TARGET_VERIFY forward of a sampling interval, queue
+    the reductions of the aux states this target forward returns (as the draft receives them)."""
+    if sampler.pending:
+        deliver_ready(sampler, recorder)
+    if capturing or not sampled_mode(mode) or type(result) is not tuple or len(result) != 2:
+        return
+    wall = sampler.due(static.role)
+    if wall is None:
+        return
+    hidden, aux = result
+    if isinstance(aux, (list, tuple)) and not aux:
+        return
+    aux = packed_aux(aux)
+    width = hidden.shape[-1]
+    slots = aux.shape[-1] // width if width else 0
+    if not slots or aux.shape[-1] != slots * width:
+        return
+    tokens = real_tokens(forward_batch, aux.shape[0])
+    indices = tuple(sorted(set(layers)))[:slots]  # SGLang captures in layer order, each layer once
+    if len(indices) != slots:
+        indices = (None,) * slots
+    context = SampleContext(role=static.role, mode=mode.name, step=static.forwards, tokens=tokens,
+                            capture_indices=indices, widths=(width,) * slots, num_layers=static.num_layers, wall=wall)
+    if sampler.queue(aux[:tokens], slots, width, context):
+        deliver_ready(sampler, recorder)  # on the CPU the values are there at once; on a GPU, on a later forward

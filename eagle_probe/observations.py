@@ -1,4 +1,5 @@
-"""Observations: frozen plain values, the only thing that crosses from SGLang's world into the probe."""
+"""Observations: frozen plain values, the only thing that crosses from SGLang's world into the probe. They are
+shared vocabulary: the runtime builds them, the pure analysis rules read them (without importing the runtime)."""
 
 from dataclasses import dataclass
 from typing import NamedTuple, Optional, Tuple

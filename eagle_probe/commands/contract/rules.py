@@ -1,0 +1,145 @@
+"""What the contract check claims about one release: every patch target of the probe's integrations (with the
+leading parameters the wrappers read), every attribute the probe reads (ATTRIBUTES_READ), and every field of
+the release's row of `versions.RULES` turned into claims about its source (`claims_for`)."""
+
+from __future__ import annotations
+
+import ast
+from typing import Dict, List, Tuple
+
+from ... import versions
+from ...versions import RANKS_RUNTIME_CONTEXT, V1_WORKER, VersionRules
+from .claims import Claim, absent, body_check, dataclass_field, defines, env_default, module_mentions, sets_attributes
+from .rule_checks import (assigns_result_field, aux_list_test, aux_packed_test, calls_name, capture_rule_test,
+                          default_ids_test, embedding_capturable_test, embedding_not_capturable_test,
+                          graph_setup_calls_defaults, no_default_setter_calls, takes_param)
+
+DS = versions.DEEPSEEK_V2
+FORWARD_BATCH = "sglang.srt.model_executor.forward_batch_info"
+MODEL_RUNNER = "sglang.srt.model_executor.model_runner"
+
+# Leading parameters (after self) each wrapper reads by position or name, keyed by patch target.
+# A target of ALL that is not listed here is checked for existence only (and says so).
+EXPECTED_PARAMS: Dict[str, Tuple[str, ...]] = {
+    f"{DS}.DeepseekV2ForCausalLM.set_eagle3_layers_to_capture": ("layer_ids",),
+    f"{DS}.DeepseekV2Model.forward": ("input_ids", "positions", "forward_batch"),
+    f"{MODEL_RUNNER}.ModelRunner.load_model": (),
+    "sglang.srt.models.llama_eagle3.LlamaModel.forward": ("input_ids", "positions", "forward_batch", "input_embeds"),
+    "sglang.srt.models.llama_eagle3.LlamaForCausalLMEagle3.load_weights": ("weights",),
+    "sglang.srt.models.kimi_k25_eagle3.Eagle3MLAModel.forward": ("input_ids", "positions", "forward_batch",
+                                                                 "input_embeds"),
+}
+ACCEPTANCE_PARAMS = {V1_WORKER: ("batch",), versions.V2_WORKER: ("result", "batch")}
+
+# Attributes the probe reads (integrations/, ranks.py), true in every supported release.
+ATTRIBUTES_READ: Tuple[Claim, ...] = (
+    sets_attributes(DS, "DeepseekV2Model", ("layers_to_capture", "first_k_dense_replace", "start_layer", "end_layer")),
+    body_check(DS, "DeepseekV2Model.forward", "reads self.layers_to_capture and forward_batch.can_run_tbo",
+               lambda node: None if {"self.layers_to_capture", "forward_batch.can_run_tbo"} <= {
+                   ast.unparse(n) for n in ast.walk(node) if isinstance(n, ast.Attribute)} else "does not read both"),
+    sets_attributes(DS, "DeepseekV2ForCausalLM", ("model", "config", "pp_group", "capture_aux_hidden_states")),
+    defines(FORWARD_BATCH, "ForwardBatch.can_run_tbo", kind="property"),
+    dataclass_field(FORWARD_BATCH, "ForwardBatch", "forward_mode"),
+    dataclass_field(FORWARD_BATCH, "ForwardBatch", "tbo_split_seq_index"),
+    sets_attributes(MODEL_RUNNER, "ModelRunner", ("is_draft_worker", "model")),
+    defines("sglang.srt.distributed.parallel_state", "model_parallel_is_initialized"),
+    defines("sglang.srt.distributed.parallel_state", "get_tensor_model_parallel_rank"),
+    defines("sglang.srt.distributed.parallel_state", "get_tensor_model_parallel_world_size"),
+    defines("sglang.srt.distributed.parallel_state", "get_pp_group"),
+)
+
+_SETTER = "DeepseekV2ForCausalLM.set_eagle3_layers_to_capture"
+_MODEL_FORWARD = "DeepseekV2Model.forward"
+
+
+def _rule_claims(rules: VersionRules) -> List[Claim]:
+    """Each field of a row of versions.RULES as claims about that release's source."""
+    out = [body_check(DS, _SETTER, f"maps ids by {rules.capture_id_rule}", capture_rule_test(rules.capture_id_rule)),
+           body_check(DS, _SETTER, f"defaults (ids None) are {rules.default_ids}", default_ids_test)]
+    if rules.graph_setup_uses_default_layers:
+        out += [graph_setup_calls_defaults(c) for c in rules.graph_setup_callers]
+    else:
+        out.append(no_default_setter_calls())
+    out.append(body_check(DS, _MODEL_FORWARD, f"returns aux states as a {rules.aux_format}",
+                          aux_list_test if rules.aux_format == "list" else aux_packed_test))
+    out.append(body_check(DS, _MODEL_FORWARD,
+                          "captures the residual in the decoder layer (index 0 = embedding output)"
+                          if rules.embedding_capturable else
+                          "captures hidden_states + residual in its loop (index 0: residual is None)",
+                          embedding_capturable_test if rules.embedding_capturable else embedding_not_capturable_test))
+    if rules.embedding_capturable:
+        out.append(body_check(DS, "DeepseekV2DecoderLayer.forward", f"takes {versions.LAYER_CAPTURE_KWARG}= (the "
+                              "all-layer dumps hand each layer their collector there)",
+                              takes_param(versions.LAYER_CAPTURE_KWARG)))
+    out.append(defines(rules.capture_flag_module, "get_is_capture_mode"))
+    out.append(defines(DS, rules.tbo_helper, what=f"{DS} binds the TBO helper {rules.tbo_helper}"))
+    out.append(body_check(DS, _MODEL_FORWARD, f"runs TBO layers through {rules.tbo_helper}",
+                          calls_name(rules.tbo_helper)))
+    for hook in rules.acceptance:
+        out.append(defines(hook.module, hook.qualname, ACCEPTANCE_PARAMS[hook.worker],
+                           what=f"acceptance ({hook.worker} worker, {hook.when}): {hook.target} exists"))
+        if hook.field_owner is not None:
+            out.append(dataclass_field(*hook.field_owner, hook.field))
+        else:
+            out.append(body_check(hook.module, hook.qualname, f"sets result.{hook.field} with the bonus token "
+                                  f"{'kept' if hook.includes_bonus else 'subtracted'}",
+                                  assigns_result_field(hook.field)))
+    for module in rules.absent_modules:
+        out.append(Claim(f"{module} does not exist in this release",
+                         lambda src, module=module: "exists" if src.has_module(module) else None))
+    if not any(h.worker == V1_WORKER for h in rules.acceptance):
+        out.append(absent("sglang.srt.speculative.eagle_worker", "EAGLEWorker", "no v1 worker in this row"))
+    out.append(env_default(versions.SPEC_V2_ENV, rules.spec_v2_default))
+    if rules.rank_source == RANKS_RUNTIME_CONTEXT:
+        out.append(defines("sglang.srt.runtime_context", "get_parallel"))
+    else:
+        out.append(Claim("sglang.srt.runtime_context does not exist (ranks from parallel_state)",
+                         lambda src: "exists" if src.has_module("sglang.srt.runtime_context") else None))
+    if rules.dp_rank_from_dp_attention:
+        out.append(defines("sglang.srt.layers.dp_attention", "get_attention_dp_rank"))
+    else:
+        out.append(absent("sglang.srt.layers.dp_attention", "get_attention_dp_rank", "dp rank from runtime_context"))
+    out.append(module_mentions("sglang.srt.models.llama_eagle3", "num_aux_hidden_states", rules.draft_reads_num_aux,
+                               "the EAGLE-3 draft sizes fc by num_aux_hidden_states" if rules.draft_reads_num_aux
+                               else "the EAGLE-3 draft sizes fc for 3 aux states (num_aux_hidden_states not read)"))
+    return out
+
+
+def target_claims(rules: VersionRules, integrations=None) -> Tuple[List[Claim], List[str]]:
+    """Claims for the patch targets of the integrations; plus notes on targets not expected here."""
+    if integrations is None:
+        from ...runtime.integrations import ALL as integrations
+    specific = versions.version_specific_targets()
+    claims, notes = [], []
+    for integration in integrations:
+        for target in integration.targets:
+            dotted = f"{target.module}.{target.qualname}"
+            rows = specific.get(dotted)
+            if target.module in rules.absent_modules:
+                notes.append(f"{integration.name}: {dotted} not expected: {target.module} is not in this release")
+                continue
+            if rows is not None and rules not in rows:
+                notes.append(f"{integration.name}: {dotted} not expected in this release (version table)")
+                continue
+            params = EXPECTED_PARAMS.get(dotted)
+            if params is None:
+                for hook in rules.acceptance:
+                    if hook.target == dotted:
+                        params = ACCEPTANCE_PARAMS[hook.worker]
+            claim = defines(target.module, target.qualname, params,
+                            what=f"patch target of {integration.name}: {dotted}"
+                                 + ("" if params is not None
+                                    else " exists (signature not declared in contract.EXPECTED_PARAMS)")
+                                 + ("" if params is None else f"({', '.join(params)}, ...)"))
+            claims.append(claim)
+    wrapped = {f"{t.module}.{t.qualname}" for i in integrations for t in i.targets}
+    for hook in rules.acceptance:
+        claims.append(Claim(f"the probe wraps the acceptance hook {hook.target} ({hook.worker} worker, {hook.when})",
+                            lambda src, hook=hook: None if hook.target in wrapped else
+                            "no integration in eagle_probe.integrations.ALL patches it"))
+    return claims, notes
+
+
+def claims_for(rules: VersionRules, integrations=None) -> Tuple[List[Claim], List[str]]:
+    targets, notes = target_claims(rules, integrations)
+    return targets + list(ATTRIBUTES_READ) + _rule_claims(rules), notes

@@ -1,0 +1,71 @@
+"""What every part of the recorder writes through: log lines, metric calls, findings (each once) and the probe's own
+errors (counted, logged once per site). A failing sink is counted and never stops another sink or SGLang."""
+
+from ..analysis.findings import Finding
+from ..events import FINDING, INTERNAL_ERROR
+
+
+class Outputs:
+    def __init__(self, logs):
+        self.logs = logs
+        self.metrics = None  # the Prometheus sink, once this process knows its ranks
+        self.findings_total = {}  # code -> findings emitted
+        self.errors_total = 0
+        self._seen_findings = set()
+        self._errors_logged = set()
+        self._pending_errors = {}  # where -> internal errors counted before the metrics sink existed
+
+    def emit(self, level: str, event: str, **fields):
+        """A log line; a failing log sink (full disk, unusable log dir) is counted, and metrics carry on."""
+        try:
+            self.logs.emit(level, event, **fields)
+        except Exception as exc:
+            self.internal_error("logs.emit", exc)
+
+    def metric(self, method: str, *args) -> bool:
+        """Whether the sink took it (a failure is counted under metrics.METHOD)."""
+        if self.metrics is None:
+            return False
+        try:
+            getattr(self.metrics, method)(*args)
+        except Exception as exc:
+            self.internal_error(f"metrics.{method}", exc)
+            return False
+        return True
+
+    def finding(self, finding: Finding, role: str):
+        """A finding, once per (code, role, evidence)."""
+        key = (finding.code, role, repr(finding.evidence))
+        if key in self._seen_findings:
+            return
+        self._seen_findings.add(key)
+        self.findings_total[finding.code] = self.findings_total.get(finding.code, 0) + 1
+        level = finding.severity if finding.severity in ("error", "warning", "info") else "warning"
+        self.emit(level, FINDING, code=finding.code, severity=finding.severity, role=role, message=finding.message,
+                  evidence=finding.evidence_dict())
+        self.metric("finding", finding, role)
+
+    def seen_codes(self):
+        return sorted({code for code, _, _ in self._seen_findings})
+
+    def internal_error(self, where: str, exc: BaseException):
+        self.errors_total += 1
+        if self.metrics is not None:
+            try:
+                self.metrics.internal_error(where)
+            except Exception:
+                pass
+        else:  # e.g. at model load, before ranks are known: counted once the sink starts
+            self._pending_errors[where] = self._pending_errors.get(where, 0) + 1
+        if where not in self._errors_logged:
+            self._errors_logged.add(where)
+            try:
+                self.logs.emit("error", INTERNAL_ERROR, where=where, error=f"{type(exc).__name__}: {exc}")
+            except Exception:
+                pass
+
+    def send_pending_errors(self):
+        """The errors counted before the metrics sink started (called once it has)."""
+        for where, count in self._pending_errors.items():
+            self.metrics.internal_error(where, count)
+        self._pending_errors.clear()

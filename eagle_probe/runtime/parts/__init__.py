@@ -1,0 +1,18 @@
+"""The recorder's parts, one concern each. A new concern is a new module here and one line in PARTS; the order is the
+order in which each observation and each periodic event is handed on."""
+
+from .acceptance import Acceptance
+from .capture import CaptureLayers
+from .draft import DraftFacts
+from .dumps import Dumps
+from .forwards import Forwards
+from .values import Values
+
+PARTS = (
+    Forwards,  # forward counts, the summary event
+    CaptureLayers,  # capture set-up, forward shapes, layers seen per path
+    DraftFacts,  # the draft's load-time facts and input widths, its layers against the target's
+    Values,  # fingerprints, reference, non-finite, identical slots
+    Dumps,  # opt-in dumps of what the draft is fed
+    Acceptance,  # per-step acceptance, windows, collapse
+)

@@ -1,0 +1,47 @@
+"""Per-step acceptance: counted per verify step (the hot path), sent to the series at a flush, written as one
+eagle_probe.acceptance event per summary interval with the collapse judgement on that window."""
+
+from ...events import ACCEPTANCE
+from ..acceptance_monitor import AcceptanceMonitor, counts_since
+from .base import Part
+
+
+class Acceptance(Part):
+    kinds = ("verify_step",)
+
+    def __init__(self, recorder):
+        super().__init__(recorder)
+        self.monitor = AcceptanceMonitor(self.config)
+        self._flushed = self.monitor.snapshot()
+
+    def exports(self) -> dict:
+        return {"acceptance": self.monitor}
+
+    def verify_step(self, step):
+        self.monitor.add(step.accepted, step.positions, step.source)
+
+    def flush(self, metrics):
+        monitor = self.monitor
+        now = monitor.snapshot()
+        steps, lengths, per_position = counts_since(now, self._flushed, monitor.positions)
+        if steps and not self.out.metric("add_verify_counts", steps, lengths, per_position, monitor.positions):
+            return  # refused: sent again at the next flush
+        self._flushed = now
+
+    def tick(self, now: float, final: bool = False):
+        monitor = self.monitor
+        window = monitor.take_window()
+        if window is None:
+            return
+        fields = window.as_fields()
+        fields["read_at"] = monitor.source
+        expected = monitor.expected_length(window)
+        if expected is not None:
+            fields.update(expected_mean_accept_length=expected, observed_over_expected=window.mean_length() / expected)
+        total = monitor.total().as_fields()
+        fields["total"] = {k: total[k] for k in
+                           ("steps", "drafts", "accepted_tokens", "mean_accept_length", "per_position_rate")}
+        self.out.emit("info", ACCEPTANCE, role="target", **fields)
+        collapse = monitor.collapse(window, self.out.seen_codes())
+        if collapse is not None:
+            self.out.finding(collapse, "target")

@@ -1,0 +1,30 @@
+"""The shape of one concern of the recorder. A part names the observation kinds it wants (`kinds`, each handled by
+the method of the same name), may publish objects the integrations reach through the recorder (`exports`), and
+may take part in the periodic work: `flush` (counts into the Prometheus series), `tick` (periodic events),
+`close` (at exit). It owns its state and its rules; it talks to the world only through `self.out`."""
+
+
+class Part:
+    kinds = ()  # observation kinds handed to this part: the method of the same name is called with each
+
+    def __init__(self, recorder):
+        self.recorder = recorder  # for the process context (ranks) and the periodic clock
+        self.out = recorder.out
+        self.config = recorder.config
+        self.rules = recorder.rules
+
+    def exports(self) -> dict:
+        """Attributes the recorder offers the integrations (e.g. the fingerprint sampler)."""
+        return {}
+
+    def flush(self, metrics) -> None:
+        """Move what was counted since the last flush into the series (under the recorder's flush lock)."""
+
+    def tick(self, now: float, final: bool = False) -> None:
+        """Periodic events, once per summary interval; `final` at exit and uninstall."""
+
+    def close(self) -> None:
+        """Finish background work before the final flush."""
+
+    def forget(self) -> None:
+        """Drop what was seen, so that the next observations are logged as new (tests)."""

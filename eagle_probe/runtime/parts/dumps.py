@@ -1,0 +1,44 @@
+"""Opt-in dumps (EAGLE_PROBE_DUMP_DIR): the planner that picks forwards, the writer thread, and their events. Dumps
+stop for good in a process with one event; the server goes on."""
+
+from ...events import DUMP_STOPPED, DUMP_WRITTEN
+from ...versions import LAYER_CAPTURE_KWARG
+from ..values.dump_plan import DumpPlanner
+from ..values.dumps import STOP_REASONS, DumpWriter
+from .base import Part
+
+
+class Dumps(Part):
+    kinds = ()
+
+    def __init__(self, recorder):
+        super().__init__(recorder)
+        config = self.config
+        self.planner = self.writer = None
+        if config.dump_dir:
+            kwarg = LAYER_CAPTURE_KWARG if self.rules.embedding_capturable else None
+            self.planner = DumpPlanner(config.dump_every, config.dump_ranks, config.dump_layers == "all", kwarg)
+            self.writer = DumpWriter(config.dump_dir, int(config.dump_max_mb * 1024 * 1024), self.written,
+                                     self.stopped, on_error=lambda exc: self.out.internal_error("dumps.write", exc))
+
+    def exports(self) -> dict:
+        return {"dumps": self, "dump_planner": self.planner, "dump_writer": self.writer}
+
+    def written(self, path: str, nbytes: int):
+        """From the writer's thread: one file is complete."""
+        self.out.emit("info", DUMP_WRITTEN, path=path, bytes=nbytes)
+        self.out.metric("dump_written", nbytes)
+
+    def stopped(self, reason: str, error: str):
+        """From the writer (or the planner): dumps stop for good in this process."""
+        self.out.emit("warning", DUMP_STOPPED, reason=reason, error=error, directory=self.config.dump_dir,
+                      message=f"dumps stopped: {STOP_REASONS.get(reason, reason)} ({error}); the server is not "
+                              f"affected")
+        self.out.metric("dump_stopped", reason)
+
+    def skipped(self, reason: str):
+        self.out.metric("dump_skipped", reason)
+
+    def close(self):
+        if self.writer is not None:
+            self.writer.drain()

@@ -1,0 +1,82 @@
+"""How many forwards ran, on which path: counted in plain dicts on the hot path, sent to the series at a flush, and
+written as the periodic eagle_probe.summary event."""
+
+from ...events import SUMMARY
+from .base import Part
+
+
+def forward_count_key(obs) -> tuple:
+    """The labels a target forward is counted under (role, mode, path, tbo)."""
+    return obs.role, obs.mode, obs.path, "true" if obs.can_run_tbo else "false"
+
+
+def draft_count_key(obs) -> tuple:
+    """The labels a draft forward is counted under (mode, path, fc)."""
+    return obs.mode, obs.path, "ran" if obs.fc_ran else "skipped"
+
+
+def _added(now: dict, before: dict):
+    return [(key, value - before.get(key, 0)) for key, value in now.items() if value != before.get(key, 0)]
+
+
+class Forwards(Part):
+    kinds = ("target_forward", "draft_forward")
+
+    def __init__(self, recorder):
+        super().__init__(recorder)
+        self.forwards = {}  # (role, mode, path, tbo) -> target forwards, cumulative
+        self.lost = {}  # (role, mode) -> capture slots lost to TBO
+        self.drafts = {}  # (mode, path, fc) -> draft forwards
+        self._flushed = ({}, {}, {})
+        periodic = recorder.periodic
+        clock = periodic.clock
+
+        # The hot path: a forward whose signature the wrapper has just seen is only counted here.
+        def forward_repeated(count_key: tuple, lost: int, forwards=self.forwards):
+            forwards[count_key] = forwards.get(count_key, 0) + 1
+            if lost:
+                self._count_lost(count_key, lost)
+            if clock() >= periodic.next_tick:
+                periodic.tick()
+
+        def draft_repeated(count_key: tuple, drafts=self.drafts):
+            drafts[count_key] = drafts.get(count_key, 0) + 1
+            if clock() >= periodic.next_tick:
+                periodic.tick()
+
+        self.forward_repeated, self.draft_repeated = forward_repeated, draft_repeated
+
+    def exports(self) -> dict:
+        return {"forward_repeated": self.forward_repeated, "draft_repeated": self.draft_repeated, "counts": self}
+
+    def _count_lost(self, count_key: tuple, lost: int):
+        key = count_key[:2]
+        self.lost[key] = self.lost.get(key, 0) + lost
+
+    def target_forward(self, obs):
+        count_key = forward_count_key(obs)
+        self.forwards[count_key] = self.forwards.get(count_key, 0) + 1
+        if obs.lost:
+            self._count_lost(count_key, len(obs.lost))
+
+    def draft_forward(self, obs):
+        key = draft_count_key(obs)
+        self.drafts[key] = self.drafts.get(key, 0) + 1
+
+    def flush(self, metrics):
+        """A part the sink refused stays unflushed and is sent again at the next flush."""
+        now = (dict(self.forwards), dict(self.lost), dict(self.drafts))
+        sent = tuple(now[i] if self.out.metric(method, _added(now[i], self._flushed[i])) else self._flushed[i]
+                     for i, method in enumerate(("add_forwards", "add_lost", "add_draft_forwards")))
+        self._flushed = sent
+
+    def tick(self, now: float, final: bool = False):
+        if final and not self.forwards:
+            return
+        forwards = self.forwards.copy()
+        out = self.out
+        out.emit("info", SUMMARY,
+                 forwards=[{"role": r, "mode": m, "path": p, "tbo": t == "true", "count": c}
+                           for (r, m, p, t), c in sorted(forwards.items())],
+                 captures_lost=sum(self.lost.copy().values()), findings=dict(out.findings_total),
+                 internal_errors=out.errors_total)

@@ -1,0 +1,104 @@
+"""Which target forwards are dumped, and the dump job of one forward: what the draft is fed, with the file's
+metadata. Decided from counts that are equal on every rank, never from whether this rank's writer still runs
+(all-layer taps must stay matched across ranks); the rank's writer then gets the job or not."""
+
+import os
+import time
+
+from ... import __version__
+from ...analysis.layers import capture_label
+from ...dump_format import AUX, FINAL, INPUT_IDS, LAYER_PREFIX, POSITIONS, PREFIX_LENS, SEQ_LENS
+from .dumps import DumpJob
+from .layer_taps import tap_layers
+from .sampler import packed_aux, real_tokens
+
+
+class DumpPlan:
+    """One planned dump: whether this rank writes it, and the layer taps to remove after the forward."""
+
+    __slots__ = ("write", "step", "kept", "untap")
+
+    def __init__(self, write: bool, step: int, kept=None, untap=None):
+        self.write, self.step, self.kept, self.untap = write, step, kept, untap
+
+    def remove_taps(self):
+        if self.untap is not None:
+            self.untap()
+            self.untap = None
+
+
+class DumpPlanner:
+    """Which target forwards are dumped: decided from counts that are equal on every rank, never from whether
+    this rank's writer still runs (taps must stay matched across ranks)."""
+
+    def __init__(self, every: int, ranks, all_layers: bool, layer_kwarg):
+        self.every = every
+        self.ranks = None if ranks is None else frozenset(ranks)
+        self.all_layers = all_layers and layer_kwarg is not None
+        self.layer_kwarg = layer_kwarg
+        self.eligible = 0
+
+    def plan(self, model, tp_rank, can_run_tbo: bool, writer_running: bool):
+        """For an eager target EXTEND forward about to run: a DumpPlan, or None."""
+        self.eligible += 1
+        if (self.eligible - 1) % self.every:
+            return None
+        write = writer_running and (self.ranks is None or (tp_rank or 0) in self.ranks)
+        plan = DumpPlan(write, self.eligible)
+        if self.all_layers and not can_run_tbo:  # TBO runs its layers elsewhere: aux only then
+            plan.kept, plan.untap = tap_layers(model, int(model.start_layer), int(model.end_layer),
+                                               self.layer_kwarg, keep=write)
+        return plan
+
+
+def plan_forward(model, static, forward_batch, can_run_tbo: bool, capturing: bool, recorder):
+    """For a target forward about to run: a DumpPlan when it is an eager EXTEND forward the planner picks."""
+    if capturing or static.role != "target" or forward_batch.forward_mode.name != "EXTEND":
+        return None
+    dumps = recorder.dumps
+    writer = dumps.writer
+    ranks = recorder.ensure_ranks() and recorder.ranks
+    if not writer.stopped and not writer.prepared:
+        try:
+            writer.prepare()
+        except OSError as exc:
+            writer.stop("unwritable", f"{type(exc).__name__}: {exc}")
+    tp_rank = ranks.tp_rank if ranks else 0
+    return dumps.planner.plan(model, tp_rank, can_run_tbo, not writer.stopped)
+
+
+def submit_forward(plan, static, forward_batch, input_ids, positions, layers, result, recorder):
+    """Queue the host copies of what the draft is fed by this forward, with the file's metadata."""
+    import torch
+
+    if type(result) is not tuple or len(result) != 2:
+        return  # not the last pipeline stage, or capture off: nothing is fed to a draft here
+    hidden, aux = result
+    aux = packed_aux(aux)
+    tokens = real_tokens(forward_batch, hidden.shape[0])
+    tensors = {AUX: aux[:tokens], FINAL: hidden[:tokens], INPUT_IDS: input_ids[:tokens],
+               POSITIONS: positions[:tokens]}
+    for name in (SEQ_LENS, PREFIX_LENS):
+        values = getattr(forward_batch, f"{name}_cpu", None)
+        if isinstance(values, list):
+            tensors[name] = torch.tensor(values, dtype=torch.int64)
+    kept = plan.kept or {}
+    for index, value in sorted(kept.items()):
+        tensors[f"{LAYER_PREFIX}{index}"] = value[:tokens]
+    captured = sorted(set(layers))
+    ranks = recorder.ranks
+    metadata = {
+        "format_version": 1, "probe_version": __version__, "sglang_version": recorder.sglang_version,
+        "model_class": static.model_class, "dtype": str(hidden.dtype).replace("torch.", ""), "mode": "EXTEND",
+        "step": static.forwards + 1,
+        "dump_index": plan.step, "tokens": tokens, "requests": len(tensors.get(SEQ_LENS, ())),
+        "hidden_size": int(hidden.shape[-1]), "num_layers": static.num_layers,
+        "capture_indices": captured, "hf_indices": captured,
+        "labels": [capture_label(i, static.num_layers) for i in captured],
+        "layer_indices": sorted(kept), "all_layers": bool(kept),
+        "tp_rank": None if ranks is None else ranks.tp_rank, "tp_size": None if ranks is None else ranks.tp_size,
+        "pp_rank": None if ranks is None else ranks.pp_rank, "dp_rank": None if ranks is None else ranks.dp_rank,
+        "pid": os.getpid(), "time": time.time(),
+    }
+    if not recorder.dumps.writer.submit(DumpJob(tensors, metadata)):
+        recorder.dumps.skipped("writer_behind")
