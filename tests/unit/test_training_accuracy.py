@@ -8,7 +8,7 @@ import pytest
 from eagle_probe.analysis.acceptance import (accuracy_for_mean_length, conditional_accuracies,
                                              expected_mean_length, expected_per_position_rate)
 from eagle_probe.config import ConfigError, ProbeConfig, load_config
-from eagle_probe.runtime.observations import VerifyStep
+from eagle_probe.observations import VerifyStep
 
 from test_acceptance import make_recorder
 
