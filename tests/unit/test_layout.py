@@ -9,8 +9,8 @@ import pytest
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "eagle_probe"
 # What a serving process loads: the runtime, the shared vocabulary, the bootstrap.
-SERVING = sorted([*PACKAGE.glob("runtime/**/*.py"), PACKAGE / "__init__.py", PACKAGE / "config.py",
-                  PACKAGE / "events.py", PACKAGE / "versions.py", PACKAGE / "observations.py", PACKAGE / "dump_format.py",
+SHARED = ("__init__.py", "config.py", "events.py", "versions.py", "observations.py", "dump_format.py")
+SERVING = sorted([*PACKAGE.glob("runtime/**/*.py"), *(PACKAGE / name for name in SHARED),
                   *PACKAGE.glob("bootstrap/*.py")])
 ANALYSIS = sorted(PACKAGE.glob("analysis/*.py"))
 TOOLS = ("subprocess", "urllib", "http")
