@@ -13,7 +13,6 @@ import math
 
 SIGNATURE_SIZE = 32
 SIGNATURE_SEED = 20261201  # fixed, so signatures compare across ranks, processes and the offline commands
-STATS = ("rms", "mean", "absmax", "nonfinite")  # the columns before the signature
 
 
 def projection(width: int, device, seed: int = SIGNATURE_SEED):
@@ -26,18 +25,26 @@ def projection(width: int, device, seed: int = SIGNATURE_SEED):
 
 
 class Fingerprinter:
-    """Per (slots, width, device): the projection, a device buffer and two host buffers used in turn."""
+    """Per (slots, width, device): the projection, one flat device buffer that every reduction writes into (out=, no
+    temporaries to gather, one copy to the host) and two pinned host buffers used in turn. Few device ops: each costs
+    a kernel launch on a GPU and microseconds on a CPU. Each slot's numbers come from the same operations in the same
+    order as every other slot's, so two slots holding the same states give bit-identical fingerprints."""
 
     def __init__(self, slots: int, width: int, device):
         import torch
 
         self.slots, self.width, self.device = slots, width, device
         self._projection = projection(width, device)
-        columns = len(STATS) + SIGNATURE_SIZE
-        self._out = torch.empty(slots, columns, dtype=torch.float32, device=device)
+        self._flat = torch.empty(slots * (4 + SIGNATURE_SIZE), dtype=torch.float32, device=device)
+        # Views of the flat buffer, made once: per slot the 2-norm, the absolute max, the finite count and the sum of
+        # the per-channel means, then per slot the signature.
+        self._norm, self._absmax, self._finite, self._mean_sum = (self._flat[i * slots:(i + 1) * slots]
+                                                                  for i in range(4))
+        self._signature = self._flat[4 * slots:].view(slots, SIGNATURE_SIZE)
+        self._channel_mean = torch.empty(slots, width, dtype=torch.float32, device=device)
         self._cuda = device.type == "cuda"
-        pin = self._cuda
-        self.host_buffers = [torch.empty(slots, columns, dtype=torch.float32, pin_memory=pin) for _ in range(2)]
+        self.host_buffers = [torch.empty(self._flat.shape, dtype=torch.float32, pin_memory=self._cuda)
+                             for _ in range(2)]
         self._free = list(self.host_buffers)
 
     def queue(self, states):
@@ -49,21 +56,26 @@ class Fingerprinter:
             return None
         tokens = states.shape[0]
         x = states.reshape(tokens, self.slots, self.width)
-        out = self._out
-        count = float(max(tokens * self.width, 1))
-        channel_sum = torch.sum(x, dim=0, dtype=torch.float32)  # [slots, width]
-        out[:, 0] = torch.linalg.vector_norm(x, ord=2, dim=(0, 2), dtype=torch.float32) / math.sqrt(count)
-        out[:, 1] = channel_sum.sum(dim=1) / count
-        out[:, 2] = torch.maximum(torch.amax(x, dim=(0, 2)).abs(), torch.amin(x, dim=(0, 2)).abs()).float()
-        out[:, 3] = torch.logical_not(torch.isfinite(x)).sum(dim=(0, 2)).float()
-        out[:, len(STATS):] = torch.matmul(channel_sum / float(max(tokens, 1)), self._projection)
+        channel_mean = self._channel_mean
+        torch.sum(x, dim=0, dtype=torch.float32, out=channel_mean)
+        torch.linalg.vector_norm(x, 2, dim=(0, 2), dtype=torch.float32, out=self._norm)
+        magnitude = torch.abs(x)
+        if x.dtype == torch.float32:
+            torch.amax(magnitude, dim=(0, 2), out=self._absmax)
+        else:
+            self._absmax.copy_(torch.amax(magnitude, dim=(0, 2)))
+        # NaN compares false and inf exceeds the dtype's largest value: both fall outside this count.
+        torch.sum(torch.le(magnitude, torch.finfo(x.dtype).max), dim=(0, 2), dtype=torch.float32, out=self._finite)
+        channel_mean.div_(float(max(tokens, 1)))
+        torch.sum(channel_mean, dim=1, out=self._mean_sum)
+        torch.matmul(channel_mean, self._projection, out=self._signature)
         host = self._free.pop()
-        host.copy_(out, non_blocking=self._cuda)
+        host.copy_(self._flat, non_blocking=self._cuda)
         event = None
         if self._cuda:
             event = torch.cuda.Event()
             event.record()
-        return PendingRead(self, host, event)
+        return PendingRead(self, host, event, tokens)
 
     def release(self, host):
         self._free.append(host)
@@ -72,16 +84,23 @@ class Fingerprinter:
 class PendingRead:
     """A fingerprint on its way to the host; ready() asks the event, read() returns plain floats per slot."""
 
-    __slots__ = ("owner", "host", "event")
+    __slots__ = ("owner", "host", "event", "tokens")
 
-    def __init__(self, owner: Fingerprinter, host, event):
-        self.owner, self.host, self.event = owner, host, event
+    def __init__(self, owner: Fingerprinter, host, event, tokens: int):
+        self.owner, self.host, self.event, self.tokens = owner, host, event, tokens
 
     def ready(self) -> bool:
         return self.event is None or self.event.query()
 
     def read(self):
         """[(rms, mean, absmax, nonfinite, signature tuple)] per slot; the host buffer is free again after."""
-        rows = self.host.tolist()  # pinned host memory, already written: no device access
+        values = self.host.tolist()  # pinned host memory, already written: no device access
         self.owner.release(self.host)
-        return [(row[0], row[1], row[2], int(row[3]), tuple(row[len(STATS):])) for row in rows]
+        slots, width = self.owner.slots, self.owner.width
+        count = self.tokens * width
+        scale = 1.0 / math.sqrt(max(count, 1))
+        start = 4 * slots
+        return [(values[slot] * scale, values[3 * slots + slot] / width, values[slots + slot],
+                 count - int(values[2 * slots + slot]),
+                 tuple(values[start + slot * SIGNATURE_SIZE:start + (slot + 1) * SIGNATURE_SIZE]))
+                for slot in range(slots)]

@@ -29,17 +29,16 @@ class FingerprintSampler:
     def __init__(self, interval_s: float, clock=time.time):
         self.interval = interval_s
         self._clock = clock
-        self._buckets = {}  # role -> wall-clock bucket last sampled
+        self._next = {}  # role -> wall time when its next bucket begins
         self._fingerprinters = {}  # (slots, width, device) -> Fingerprinter
         self.pending = []  # [(PendingRead, SampleContext)], oldest first
 
     def due(self, role: str) -> Optional[float]:
         """The wall time when this role's next forward should be sampled now, else None."""
         now = self._clock()
-        bucket = int(now // self.interval)
-        if self._buckets.get(role) == bucket:
+        if now < self._next.get(role, 0.0):  # the hot path: one clock read, one comparison
             return None
-        self._buckets[role] = bucket
+        self._next[role] = (now // self.interval + 1) * self.interval  # the start of the next bucket
         return now
 
     def queue(self, states, slots: int, width: int, context: SampleContext) -> bool:
