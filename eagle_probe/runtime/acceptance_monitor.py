@@ -1,12 +1,18 @@
-"""Acceptance as the running probe keeps it: cumulative plain counts per verify step (the hot path), windows cut
-between acceptance events, and the collapse judgement on a window."""
+"""Acceptance as the running probe keeps it: each verify step's per-request list is queued as it is (the hot path:
+one append, whatever the batch), counted into cumulative plain counts when they are read (a flush, an event);
+windows cut between acceptance events, and the collapse judgement on a window."""
 
+from collections import deque
+from threading import Lock
 from typing import Optional, Sequence, Tuple
 
 from ..analysis import findings as rules
 from ..analysis.acceptance import AcceptanceWindow, clamped_counts, expected_mean_length, subtract_counts
 from ..analysis.findings import Finding
 from ..config import ProbeConfig
+
+MAX_QUEUED = 4096  # verify steps held uncounted at most (a flush or an event normally counts them every second)
+
 
 class AcceptanceMonitor:
     def __init__(self, config: ProbeConfig):
@@ -16,11 +22,28 @@ class AcceptanceMonitor:
         self.positions = 0
         self.source = ""  # the SGLang function acceptance is read from
         self._window_start: Tuple[int, dict] = (0, {})  # (steps, lengths) at the last event
+        self._queued = deque()  # [(accepted per request, positions)] not counted yet; deque: append/popleft atomic
+        self._counted = 0  # steps taken off the queue
+        self._counting = Lock()  # the flush thread and an exit flush may count at once
 
     def add(self, accepted: Sequence[int], positions: int, source: str) -> None:
-        """One verify step, the only per-step work: one count() in C per possible length (a handful)."""
-        self.steps += 1
+        """One verify step: the list SGLang made for this step is kept as it is, counted later off the hot path."""
+        self._queued.append((accepted, positions))
+        self.steps += 1  # after the append: a step in `steps` is always on the queue or counted
         self.source = source
+        if self.steps - self._counted > MAX_QUEUED:  # nothing has read the counts for long: count here
+            self._count_queued(self.steps)
+
+    def _count_queued(self, steps: int) -> None:
+        """Count the queued steps up to `steps` (read before), so that counts and `steps` always agree."""
+        with self._counting:
+            queued = self._queued
+            while self._counted < steps:
+                self._count(*queued.popleft())
+                self._counted += 1
+
+    def _count(self, accepted: Sequence[int], positions: int) -> None:
+        """One step's counts: one count() in C per possible length (a handful)."""
         lengths = self.lengths
         if positions > self.positions:
             self.positions = positions
@@ -38,7 +61,9 @@ class AcceptanceMonitor:
 
     def snapshot(self) -> Tuple[int, dict]:
         """(steps, {accepted length: request-steps}) so far; the flush of metrics diffs two of these."""
-        return self.steps, {k: count for k, count in enumerate(self.lengths) if count}
+        steps = self.steps
+        self._count_queued(steps)
+        return steps, {k: count for k, count in enumerate(self.lengths) if count}
 
     def total(self) -> AcceptanceWindow:
         steps, lengths = self.snapshot()

@@ -13,7 +13,8 @@ class Periodic:
         self.out = out
         self.clock = clock
         self.interval = summary_interval_s
-        self.next_tick = clock() + summary_interval_s  # read by the hot path: one comparison per forward
+        self.next_tick = clock() + summary_interval_s
+        self.hot_ticks = True  # the hot path checks the clock only while no flush thread does
         self.parts = ()
         self._flush_lock = threading.Lock()
         self._tick_lock = threading.Lock()
@@ -22,6 +23,7 @@ class Periodic:
     def start_thread(self, owner, flush_interval_s: float):
         if flush_interval_s > 0:
             self._flusher = PeriodicFlusher(owner, flush_interval_s).start()
+            self.hot_ticks = False
 
     def flush_metrics(self):
         """Every part's counts since its last flush into the series (thread-safe)."""
@@ -66,4 +68,5 @@ class Periodic:
         if self._flusher is not None:
             self._flusher.stop()
             self._flusher = None
+            self.hot_ticks = True
         self.flush()

@@ -114,7 +114,7 @@ class Recorder:
             self.internal_error("sigterm.install", exc)
 
     def _tick_if_due(self):
-        if self.periodic.clock() >= self.periodic.next_tick:
+        if self.periodic.hot_ticks and self.periodic.clock() >= self.periodic.next_tick:
             self.periodic.tick()
 
     # -- observations -----------------------------------------------------------------------------

@@ -13,14 +13,18 @@ _sglang_flag = None
 _stream_flag = None
 
 
+_cuda = False
+
+
 def _resolve():
-    global _sglang_flag, _stream_flag
+    global _sglang_flag, _stream_flag, _cuda
     if _stream_flag is None:
         import torch  # already imported by SGLang when a model forward runs
 
         cuda = torch.cuda.is_available()
         # Without a CUDA context this returns False and creates none.
         _stream_flag = torch.cuda.is_current_stream_capturing if cuda else (lambda: False)
+        _cuda = cuda
     for name in _FLAG_HOMES:
         module = sys.modules.get(name)
         getter = getattr(module, "get_is_capture_mode", None) if module is not None else None
@@ -35,6 +39,17 @@ def is_capturing() -> bool:
     if _sglang_flag is not None and _sglang_flag():
         return True
     return _stream_flag()
+
+
+def reader():
+    """The cheapest callable that answers is_capturing() now, for a wrapper to keep: SGLang's own getter alone where
+    torch has no CUDA (one call per forward), else is_capturing itself (which keeps resolving until SGLang's flag
+    home is imported)."""
+    if _sglang_flag is None:
+        _resolve()
+    if _sglang_flag is not None and not _cuda:
+        return _sglang_flag
+    return is_capturing
 
 
 def reset() -> None:

@@ -58,8 +58,8 @@ def _draft_positions(instance, result=None) -> int:
 def _live(counts, reqs):
     """Counts of the requests still running: with the overlap scheduler a request that finished (or was
     retracted) in the previous step rides one more verify step whose tokens SGLang discards. The common case
-    (none finished) is decided by two passes in C."""
-    if not any(map(_is_retracted, reqs)) and list(map(_finished_reason, reqs)).count(None) == len(reqs):
+    (none finished) is decided by two passes in C that build nothing (a finish reason is a true object)."""
+    if not any(map(_finished_reason, reqs)) and not any(map(_is_retracted, reqs)):
         return counts
     return [n for n, req in zip(counts, reqs) if not (req.is_retracted or req.finished())]
 

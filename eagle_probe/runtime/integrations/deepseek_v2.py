@@ -5,44 +5,26 @@ DeepseekV2ForCausalLM.set_eagle3_layers_to_capture (capture configuration). Subc
 these methods are covered by the same wrappers.
 """
 
-import sys
+import time
 import weakref
 
-from ... import versions
 from ...analysis.layers import split_layers
 from ...observations import CaptureConfigured, TargetForward
-from ..context.graph_capture import is_capturing
+from ..context import graph_capture
+from ..context.callers import caller_chain, during_graph_setup
 from ..context.roles import role_of
 from ..parts.forwards import forward_count_key
 from ..patcher import Integration, PatchTarget
 from ..state import STATE
 from ..values.dump_plan import plan_forward, submit_forward
-from ..values.sampler import sample_target_forward
+from ..values.sampler import sample_target_forward, sampled_members
 
 MODULE = "sglang.srt.models.deepseek_v2"
-
-# Callers that configure capture while CUDA graphs are being set up come from the version table
-# (0.5.8 to 0.5.10.post1: CudaGraphRunner.__init__ and ModelRunner._dummy_run, with no ids).
-_GRAPH_SETUP_CALLERS = versions.graph_setup_callers()
-_OWN_FILES = ("/eagle_probe/", "/wrapt/")
-
-
-def _caller_chain(depth: int = 12):
-    """Qualified names of the SGLang frames above the setter call, nearest first."""
-    names = []
-    frame = sys._getframe(2)
-    while frame is not None and len(names) < depth:
-        code = frame.f_code
-        if not any(part in code.co_filename for part in _OWN_FILES):
-            module = frame.f_globals.get("__name__", "?")
-            names.append(f"{module}.{getattr(code, 'co_qualname', code.co_name)}")
-        frame = frame.f_back
-    return names
-
+_wall = time.time  # the sampler's clock (wall-clock buckets, equal across TP ranks)
 
 def _observe_capture_config(instance, layer_ids):
     inner = instance.model
-    chain = _caller_chain()
+    chain = caller_chain()
     pp_group = getattr(instance, "pp_group", None)
     num_layers = int(instance.config.num_hidden_layers)
     STATE.recorder.capture_configured(CaptureConfigured(
@@ -56,7 +38,7 @@ def _observe_capture_config(instance, layer_ids):
         end_layer=int(getattr(inner, "end_layer", num_layers)),
         is_last_pp_stage=bool(getattr(pp_group, "is_last_rank", True)),
         caller=chain[0] if chain else "?",
-        during_graph_setup=any(name in _GRAPH_SETUP_CALLERS for name in chain),
+        during_graph_setup=during_graph_setup(chain),
     ))
 
 
@@ -76,7 +58,7 @@ class _ModelStatic:
     signature seen per mode: a forward that matches it is only counted."""
 
     __slots__ = ("ref", "model_class", "role", "num_layers", "start_layer", "end_layer", "first_k_dense_replace",
-                 "splits", "last", "forwards")
+                 "splits", "last", "forwards", "capturing", "sampled", "tensor")
 
     def __init__(self, instance):
         self.ref = weakref.ref(instance)
@@ -91,6 +73,11 @@ class _ModelStatic:
                        for tbo in (False, True)}
         self.last = {}  # forward mode -> (signature, count key, lost slots)
         self.forwards = 0  # this model's forwards so far: the `step` of a fingerprint
+        self.capturing = graph_capture.reader()
+        self.sampled = None  # the ForwardMode members whose aux states are fingerprinted (read at the first forward)
+        import torch  # imported by SGLang long before its first forward
+
+        self.tensor = torch.Tensor
 
 
 _statics = {}  # id(module) -> _ModelStatic (its weak reference tells a reused id apart)
@@ -102,13 +89,6 @@ def forget_static_facts():
     _statics.clear()
 
 
-def _static_for(instance) -> _ModelStatic:
-    static = _statics.get(id(instance))
-    if static is None or static.ref() is not instance:
-        static = _statics[id(instance)] = _ModelStatic(instance)
-    return static
-
-
 def _dtype_name(dtype):
     name = _dtype_names.get(dtype)
     if name is None:
@@ -116,11 +96,16 @@ def _dtype_name(dtype):
     return name
 
 
+# The hot path is written out in the two functions below: after a forward the CPU caches are cold, and there every
+# Python call costs microseconds (benchmarks/overhead.py, "in situ").
 def _before_forward(instance, args, kwargs):
     """(static, forward batch, input ids, layers, can_run_tbo, capturing): what is known before SGLang runs."""
+    static = _statics.get(id(instance))
+    if static is None or static.ref() is not instance:
+        static = _statics[id(instance)] = _ModelStatic(instance)
     forward_batch = args[2] if len(args) > 2 else kwargs["forward_batch"]
-    return (_static_for(instance), forward_batch, args[0] if args else kwargs.get("input_ids"),
-            tuple(instance.layers_to_capture), bool(forward_batch.can_run_tbo), is_capturing())
+    return (static, forward_batch, args[0] if args else kwargs.get("input_ids"), tuple(instance.layers_to_capture),
+            bool(forward_batch.can_run_tbo), static.capturing())
 
 
 def _result_key(result):
@@ -140,22 +125,40 @@ def _after_forward(facts, result, error):
     mode = forward_batch.forward_mode
     recorder = STATE.recorder
     static.forwards += 1
-    sampler = recorder.fingerprints
-    if sampler is not None and error is None:
-        try:
-            sample_target_forward(sampler, recorder, static, mode, capturing, forward_batch, result, layers)
-        except Exception as exc:
-            STATE.report_error("deepseek_v2.fingerprint", exc)
-    if error is None and not recorder.log_every_forward:
-        signature = (layers, can_run_tbo, capturing, _result_key(result))
-        last = static.last.get(mode)
-        if last is not None and last[0] == signature:
-            recorder.forward_repeated(last[1], last[2])
-            return
+    if error is None:
+        sampler = recorder.fingerprints
+        if sampler is not None and (sampler.pending or (
+                not capturing and mode in (static.sampled or _learn_sampled(static, mode))
+                and _wall() >= sampler.next_due.get(static.role, 0.0))):
+            try:
+                sample_target_forward(sampler, recorder, static, mode, capturing, forward_batch, result, layers)
+            except Exception as exc:
+                STATE.report_error("deepseek_v2.fingerprint", exc)
+        if not recorder.log_every_forward:
+            aux = result[1] if type(result) is tuple and len(result) == 2 else None
+            # The packed aux width alone: the hidden width and dtype are the model's and do not change.
+            shapes = aux.size(-1) if type(aux) is static.tensor else _result_key(result)
+            signature = (layers, can_run_tbo, capturing, shapes)
+            last = static.last.get(mode)
+            if last is not None and last[0] == signature:
+                forwards = recorder.counts.forwards
+                key = last[1]
+                forwards[key] = forwards.get(key, 0) + 1
+                if last[2]:
+                    recorder.counts.count_lost(key, last[2])
+                periodic = recorder.periodic
+                if periodic.hot_ticks and periodic.clock() >= periodic.next_tick:
+                    periodic.tick()
+                return
     obs = _observation(static, mode.name, layers, can_run_tbo, capturing, input_ids, result, error)
     recorder.target_forward(obs)
     if error is None and not recorder.log_every_forward:
         static.last[mode] = (signature, forward_count_key(obs), len(obs.lost))
+
+
+def _learn_sampled(static, mode):
+    static.sampled = sampled_members(type(mode))
+    return static.sampled
 
 
 def _observation(static, mode, layers, can_run_tbo, capturing, input_ids, result, error) -> TargetForward:

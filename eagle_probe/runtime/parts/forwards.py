@@ -35,13 +35,13 @@ class Forwards(Part):
         def forward_repeated(count_key: tuple, lost: int, forwards=self.forwards):
             forwards[count_key] = forwards.get(count_key, 0) + 1
             if lost:
-                self._count_lost(count_key, lost)
-            if clock() >= periodic.next_tick:
+                self.count_lost(count_key, lost)
+            if periodic.hot_ticks and clock() >= periodic.next_tick:
                 periodic.tick()
 
         def draft_repeated(count_key: tuple, drafts=self.drafts):
             drafts[count_key] = drafts.get(count_key, 0) + 1
-            if clock() >= periodic.next_tick:
+            if periodic.hot_ticks and clock() >= periodic.next_tick:
                 periodic.tick()
 
         self.forward_repeated, self.draft_repeated = forward_repeated, draft_repeated
@@ -49,7 +49,7 @@ class Forwards(Part):
     def exports(self) -> dict:
         return {"forward_repeated": self.forward_repeated, "draft_repeated": self.draft_repeated, "counts": self}
 
-    def _count_lost(self, count_key: tuple, lost: int):
+    def count_lost(self, count_key: tuple, lost: int):
         key = count_key[:2]
         self.lost[key] = self.lost.get(key, 0) + lost
 
@@ -57,7 +57,7 @@ class Forwards(Part):
         count_key = forward_count_key(obs)
         self.forwards[count_key] = self.forwards.get(count_key, 0) + 1
         if obs.lost:
-            self._count_lost(count_key, len(obs.lost))
+            self.count_lost(count_key, len(obs.lost))
 
     def draft_forward(self, obs):
         key = draft_count_key(obs)

@@ -29,16 +29,16 @@ class FingerprintSampler:
     def __init__(self, interval_s: float, clock=time.time):
         self.interval = interval_s
         self._clock = clock
-        self._next = {}  # role -> wall time when its next bucket begins
+        self.next_due = {}  # role -> wall time when its next bucket begins (wrappers compare it first)
         self._fingerprinters = {}  # (slots, width, device) -> Fingerprinter
         self.pending = []  # [(PendingRead, SampleContext)], oldest first
 
     def due(self, role: str) -> Optional[float]:
         """The wall time when this role's next forward should be sampled now, else None."""
         now = self._clock()
-        if now < self._next.get(role, 0.0):  # the hot path: one clock read, one comparison
+        if now < self.next_due.get(role, 0.0):  # the hot path: one clock read, one comparison
             return None
-        self._next[role] = (now // self.interval + 1) * self.interval  # the start of the next bucket
+        self.next_due[role] = (now // self.interval + 1) * self.interval  # the start of the next bucket
         return now
 
     def queue(self, states, slots: int, width: int, context: SampleContext) -> bool:
@@ -69,6 +69,7 @@ _sampled_modes = {}  # ForwardMode member -> whether it is sampled (names read o
 def reset() -> None:
     """Forget the mode names read (uninstall)."""
     _sampled_modes.clear()
+    _members.clear()
 
 
 def sampled_mode(mode, names=SAMPLED_TARGET_MODES) -> bool:
@@ -77,6 +78,17 @@ def sampled_mode(mode, names=SAMPLED_TARGET_MODES) -> bool:
     if sampled is None:
         sampled = _sampled_modes[key] = mode.name in names
     return sampled
+
+
+_members = {}  # ForwardMode type -> the members whose aux states are sampled
+
+
+def sampled_members(mode_type, names=SAMPLED_TARGET_MODES) -> frozenset:
+    """The members of SGLang's ForwardMode named in `names`, for a membership test per forward."""
+    members = _members.get((mode_type, names))
+    if members is None:
+        members = _members[(mode_type, names)] = frozenset(m for m in mode_type if m.name in names)
+    return members
 
 
 def real_tokens(forward_batch, rows: int) -> int:
