@@ -14,7 +14,8 @@ Fingerprints: one sampled fingerprint per slot count, width and token count (3 x
 tokens), bf16 and float32, and the figure amortised over the forwards of one sampling interval.
 Draft forward and verify step (acceptance path): the wrapper around a function returning at once, with real
 SGLang objects (llama_eagle3.LlamaModel and a ForwardBatch carrying an EagleDraftInput; Req, ScheduleBatch and
-GenerationBatchResult), probe active against the bare call, median per call: the probe's own added time.
+GenerationBatchResult; the verify hook's owner is a stand-in for the Scheduler, with its server_args'
+speculative_num_steps), probe active against the bare call, median per call: the probe's own added time.
 Flush: one flush of everything counted (the probe's own thread, once per flush interval).
 
 Reference (issue 17), measured in the same run: one call through a wrapt pass-through decorator whose wrapper does
@@ -187,6 +188,7 @@ def paired_median_ns(call_bare, call_probed, n):
 def draft_and_acceptance(runner, target_config, n):
     """Median added microseconds for the draft-forward wrapper and the acceptance wrapper (per verify step)."""
     from array import array
+    from types import SimpleNamespace
 
     import torch
     from sglang.srt.managers.schedule_batch import Req, ScheduleBatch
@@ -212,6 +214,9 @@ def draft_and_acceptance(runner, target_config, n):
     bare, probed = paired_median_ns(lambda: returns(*args), lambda: draft_forward_wrapper(returns, draft, args, {}), n)
     rows.append(("draft forward", 0, (probed - bare) / 1000))
     resolve_spec_v2_tokens_wrapper = wrapper_for("SchedulerBatchResultProcessor._resolve_spec_v2_tokens")
+    # In a server the hook's `self` is the Scheduler, whose server_args name the speculative steps (the wrapper reads
+    # them once); with no owner it would work them out from the result on every step, which no server does.
+    scheduler = SimpleNamespace(server_args=SimpleNamespace(speculative_num_steps=2))
     for batch_size in VERIFY_BATCHES:
         reqs = [Req(f"r{i}", "", array("i", [1, 2, 3]), SamplingParams(max_new_tokens=64)) for i in range(batch_size)]
         schedule_batch = ScheduleBatch(reqs=reqs)
@@ -220,7 +225,7 @@ def draft_and_acceptance(runner, target_config, n):
         result.speculative_num_draft_tokens = 3
         step = (result, schedule_batch)
         bare, probed = paired_median_ns(lambda: returns(*step),
-                                        lambda: resolve_spec_v2_tokens_wrapper(returns, None, step, {}), n)
+                                        lambda: resolve_spec_v2_tokens_wrapper(returns, scheduler, step, {}), n)
         rows.append(("verify step", batch_size, (probed - bare) / 1000))
     return rows
 
