@@ -1,6 +1,6 @@
 """Added time per target forward, draft forward and verify step: SGLang's real classes, with and without the probe.
 
-Run:  .venv/bin/python benchmarks/overhead.py [--rounds 30] [--block 20] [--json]
+Run:  .venv/bin/python benchmarks/overhead.py [--rounds 30] [--block 20] [--json] [--check]
 
 Both variants run in this one process, interleaved in blocks (uninstall / install between blocks), on the
 same prepared batches, so drift on the machine hits both alike. Two figures per forward mode:
@@ -14,7 +14,15 @@ Fingerprints: one sampled fingerprint per slot count, width and token count (3 x
 tokens), bf16 and float32, and the figure amortised over the forwards of one sampling interval.
 Draft forward and verify step (acceptance path): the wrapper around a function returning at once, with real
 SGLang objects (llama_eagle3.LlamaModel and a ForwardBatch carrying an EagleDraftInput; Req, ScheduleBatch and
-GenerationBatchResult), probe active against the bare call, median per call: the probe's own added time.
+GenerationBatchResult; the verify hook's owner is a stand-in for the Scheduler, with its server_args'
+speculative_num_steps), probe active against the bare call, median per call: the probe's own added time.
+Flush: one flush of everything counted (the probe's own thread, once per flush interval).
+
+Reference (issue 17), measured in the same run: one call through a wrapt pass-through decorator whose wrapper does
+one dict increment (timeit, best of 7 x 200 000; the bare call is printed beside it for context). Every probe figure
+is printed in us and as a multiple of the reference, beside its budget (BUDGETS: multiples, held on any machine)
+and PASS or OVER. --json adds the reference, the multiples, the budgets and the names over budget; --check exits 1
+when any figure is over its budget.
 """
 
 import argparse
@@ -24,6 +32,7 @@ import statistics
 import sys
 import tempfile
 import time
+import timeit
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -35,6 +44,48 @@ import eagle_probe  # noqa: E402
 from eagle_probe.runtime.integrations.deepseek_v2 import model_forward_wrapper  # noqa: E402
 
 VERIFY_BATCHES = (1, 16, 64, 128)
+
+# The budgets, as multiples of the reference (one wrapt pass-through call plus one dict increment), in one place.
+BUDGETS = {
+    "target_forward_hot": 3.0,  # per target forward, each mode (issue 17)
+    "target_forward_in_situ": 10.0,  # per target forward inside real forwards, each mode (issue 17)
+    "draft_forward": 3.0,  # not in issue 17: the same kind of per-call wrapper as the target forward, hot
+    "verify_step": 8.0,  # per verify step at every batch in VERIFY_BATCHES: must not grow with the batch (issue 17)
+    "fingerprint_amortised": 0.5,  # one sample's cost spread over FORWARDS_PER_S forwards (issue 17)
+    "flush": 25.0,  # not in issue 17: once per flush interval (1 s), off the hot path; / FORWARDS_PER_S = 0.5x
+}
+REFERENCE_NUMBER, REFERENCE_REPEAT = 200_000, 7
+
+
+def reference_us():
+    """(reference, bare call) in us: one call through a wrapt pass-through decorator whose wrapper does one dict
+    increment, and a bare call of the same empty function; timeit, best of REFERENCE_REPEAT x REFERENCE_NUMBER."""
+    import wrapt
+
+    counts = {}
+    key = ("target", "DECODE", "eager", "false")
+
+    @wrapt.decorator
+    def pass_through(wrapped, instance, args, kwargs):
+        counts[key] = counts.get(key, 0) + 1
+        return wrapped(*args, **kwargs)
+
+    def empty():
+        return None
+
+    wrapped = pass_through(empty)
+
+    def best(call):
+        return min(timeit.repeat(call, number=REFERENCE_NUMBER, repeat=REFERENCE_REPEAT)) / REFERENCE_NUMBER * 1e6
+
+    return best(wrapped), best(empty)
+
+
+def judged(name, us, reference):
+    """(multiple of the reference, budget multiple, verdict) for one figure."""
+    multiple = us / reference
+    budget = BUDGETS[name]
+    return multiple, budget, "PASS" if multiple <= budget else "OVER"
 
 
 def prepare(runner):
@@ -137,6 +188,7 @@ def paired_median_ns(call_bare, call_probed, n):
 def draft_and_acceptance(runner, target_config, n):
     """Median added microseconds for the draft-forward wrapper and the acceptance wrapper (per verify step)."""
     from array import array
+    from types import SimpleNamespace
 
     import torch
     from sglang.srt.managers.schedule_batch import Req, ScheduleBatch
@@ -162,6 +214,9 @@ def draft_and_acceptance(runner, target_config, n):
     bare, probed = paired_median_ns(lambda: returns(*args), lambda: draft_forward_wrapper(returns, draft, args, {}), n)
     rows.append(("draft forward", 0, (probed - bare) / 1000))
     resolve_spec_v2_tokens_wrapper = wrapper_for("SchedulerBatchResultProcessor._resolve_spec_v2_tokens")
+    # In a server the hook's `self` is the Scheduler, whose server_args name the speculative steps (the wrapper reads
+    # them once); with no owner it would work them out from the result on every step, which no server does.
+    scheduler = SimpleNamespace(server_args=SimpleNamespace(speculative_num_steps=2))
     for batch_size in VERIFY_BATCHES:
         reqs = [Req(f"r{i}", "", array("i", [1, 2, 3]), SamplingParams(max_new_tokens=64)) for i in range(batch_size)]
         schedule_batch = ScheduleBatch(reqs=reqs)
@@ -170,7 +225,7 @@ def draft_and_acceptance(runner, target_config, n):
         result.speculative_num_draft_tokens = 3
         step = (result, schedule_batch)
         bare, probed = paired_median_ns(lambda: returns(*step),
-                                        lambda: resolve_spec_v2_tokens_wrapper(returns, None, step, {}), n)
+                                        lambda: resolve_spec_v2_tokens_wrapper(returns, scheduler, step, {}), n)
         rows.append(("verify step", batch_size, (probed - bare) / 1000))
     return rows
 
@@ -225,6 +280,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--block", type=int, default=20)
     parser.add_argument("--json", action="store_true", help="print one JSON object of the figures as the last line")
+    parser.add_argument("--check", action="store_true", help="exit 1 when a figure is over its budget")
     args = parser.parse_args()
 
     from sglang_cpu.runtime import TinyBatchRunner, build_deepseek, init_runtime
@@ -239,6 +295,10 @@ def main():
     figures = {"target_forward_hot_us": {}, "target_forward_in_situ_us": {}, "target_forward_added_us": {},
                "target_forward_ratio": {}, "verify_step_us": {}}
 
+    reference, bare = reference_us()
+    figures["reference_us"], figures["bare_call_us"] = round(reference, 3), round(bare, 3)
+    print(f"reference: one wrapt pass-through call + one dict increment {reference:.3f} us (bare call {bare:.3f} us; "
+          f"timeit, best of {REFERENCE_REPEAT} x {REFERENCE_NUMBER})")
     print(f"sglang tiny DeepSeek-V3 (6 layers, hidden {model.config.hidden_size}), CPU, "
           f"{args.rounds} rounds x {args.block} forwards per variant and mode, interleaved")
     print(f"{'mode':<14}{'without us':>12}{'with us':>12}{'added us':>11}{'ratio':>8}"
@@ -289,8 +349,44 @@ def main():
           f"its cost above / {FORWARDS_PER_S} (on a GPU the reductions are a few memory passes over the aux states)")
     eagle_probe.uninstall()
     print(f"probe logs: {log_dir}")
+    over = print_budgets(figures, reference)
     if args.json:
         print(json.dumps(figures, sort_keys=True))
+    if args.check and over:
+        sys.exit(1)
+
+
+def judged_figures(figures):
+    """[(budget name, key or None, label, us)] for every figure that has a budget, in print order."""
+    rows = []
+    for name in ("target_forward_hot", "target_forward_in_situ"):
+        rows += [(name, mode, mode, us) for mode, us in figures[f"{name}_us"].items()]
+    rows.append(("draft_forward", None, "", figures["draft_forward_us"]))
+    rows += [("verify_step", batch, f"batch {batch}", us) for batch, us in figures["verify_step_us"].items()]
+    rows.append(("fingerprint_amortised", None, "3 x 64, float32", figures["fingerprint_amortised_us"]))
+    rows.append(("flush", None, "", figures["flush_us"]))
+    return rows
+
+
+def print_budgets(figures, reference):
+    """Each figure in us and as a multiple of the reference, its budget and verdict; adds the multiples, the budgets
+    and the figures over budget to `figures` and returns the latter."""
+    print(f"\n{'figure':<24}{'':<16}{'us':>9}{'x ref':>9}{'budget x':>10}  verdict   (reference {reference:.3f} us)")
+    multiples, over = {}, []
+    for name, key, label, us in judged_figures(figures):
+        multiple, budget, verdict = judged(name, us, reference)
+        print(f"{name:<24}{label:<16}{us:>9.2f}{multiple:>9.2f}{budget:>10.1f}  {verdict}")
+        if key is None:
+            multiples[name] = round(multiple, 2)
+        else:
+            multiples.setdefault(name, {})[key] = round(multiple, 2)
+        if verdict == "OVER":
+            over.append(name if key is None else f"{name}:{key}")
+    figures["multiples"] = multiples
+    figures["budgets_x"] = dict(BUDGETS)
+    figures["over_budget"] = over
+    print("all figures within budget" if not over else f"over budget: {', '.join(over)}")
+    return over
 
 
 if __name__ == "__main__":
