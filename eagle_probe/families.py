@@ -87,8 +87,10 @@ class Family:
     @property
     def releases_text(self) -> str:
         last = self.last or versions.SUPPORTED_MAX
-        return f"{versions.format_version(self.first)} to {versions.format_version(last)}" + (
-            " (and its post releases)" if self.last is None or self.last[3] == 0 else "")
+        span = versions.format_version(self.first)
+        if last != self.first:
+            span += f" to {versions.format_version(last)}"
+        return span + (" (and its post releases)" if self.last is None or self.last[3] == 0 else "")
 
     def architectures(self) -> Tuple[str, ...]:
         """Class names as config.json's `architectures` gives them."""
@@ -184,8 +186,10 @@ FAMILIES: Tuple[Family, ...] = tuple(
           [("0.5.22", _KEYWORD)],
           classes=("llama.LlamaForCausalLM",), inner="llama.LlamaModel", **_A, **_RESIDUAL, **_SUM,
           final_capturable=False, tbo=TBO_NONE, pp_guard=True,
-          inherited=("llama.Phi3ForCausalLM", "llama.InternLM3ForCausalLM", "llama4.Llama4ForCausalLM",
-                     "mistral.MistralForCausalLM", "ministral3.Ministral3ForCausalLM", "teleflm.TeleFLMForCausalLM"),
+          inherited=("llama.Phi3ForCausalLM", "llama.InternLM3ForCausalLM", "llama.IQuestCoderForCausalLM",
+                     "llama4.Llama4ForCausalLM", "mistral.MistralForCausalLM",
+                     "mistral.MistralForCausalLMMistralFormat", "ministral3.Ministral3ForCausalLM",
+                     "teleflm.TeleFLMForCausalLM"),
           delegates=("mllama4.Llama4ForConditionalGeneration",))
     + _rows("qwen2", "Qwen2 / Qwen2.5", "0.5.8",
             [("0.5.21", dict(capture_how=CAPTURES_SNAPSHOT)), ("0.5.22", _KEYWORD)],
@@ -244,7 +248,8 @@ FAMILIES: Tuple[Family, ...] = tuple(
             [("0.5.22", dict(capture_how=CAPTURES_LAYER_KEYWORD))],
             classes=("gemma4_mm.Gemma4ForConditionalGeneration",), inner="gemma4_causal.Gemma4TextModel", **_A,
             **_RESIDUAL, capture_how=CAPTURES_LAYER_INPUT, embedding_capturable=True, final_capturable=True,
-            tbo=TBO_NONE, pp_guard=False, n_source="self.config.text_config.num_hidden_layers")
+            tbo=TBO_NONE, pp_guard=False, n_source="self.config.text_config.num_hidden_layers",
+            inherited=("gemma4_unified.Gemma4UnifiedForConditionalGeneration",))
 )
 
 # Classes that define the setter but have no row (yet): the probe observes them with the rule `unverified`.
@@ -262,6 +267,26 @@ UNTABLED: Dict[str, str] = {
     "qwen2_5_vl.Qwen2_5_VLForConditionalGeneration": "not proven yet",
     "qwen3_vl.Qwen3VLForConditionalGeneration": "not proven yet",
     "glm5_next.Glm5NextForConditionalGeneration": "not proven yet",
+}
+
+
+# Target subclasses (read from 0.5.23) that inherit the setter of an UNTABLED class: observed, rule unverified.
+UNTABLED_SUBCLASSES: Dict[str, str] = {
+    "bailing_moe.BailingMoeForCausalLM": "bailing_moe.BailingMoEForCausalLM",
+    "bailing_moe.BailingMoeV2ForCausalLM": "bailing_moe.BailingMoEForCausalLM",
+    "sarvam_moe.SarvamMoEForCausalLM": "bailing_moe.BailingMoEForCausalLM",
+    "exaone_moe.ExaoneMoeForCausalLM": "exaone_moe.ExaoneMoEForCausalLM",
+    "qwen3_5.Qwen3_5MoeForCausalLM": "qwen3_5.Qwen3_5ForCausalLM",
+    "qwen3_5_text.Qwen3_5MoeForCausalLM": "qwen3_5_text.Qwen3_5ForCausalLM",
+    "qwen3_5.Qwen3_5ForConditionalGeneration": "qwen3_vl.Qwen3VLForConditionalGeneration",
+    "qwen3_5.Qwen3_5MoeForConditionalGeneration": "qwen3_vl.Qwen3VLForConditionalGeneration",
+    "qwen3_vl_moe.Qwen3VLMoeForConditionalGeneration": "qwen3_vl.Qwen3VLForConditionalGeneration",
+    "qwen3_omni_moe.Qwen3OmniMoeThinkerForConditionalGeneration": "qwen3_vl.Qwen3VLForConditionalGeneration",
+    "cosmos3.Cosmos3ForConditionalGeneration": "qwen3_vl.Qwen3VLForConditionalGeneration",
+    "interns1pro.InternS1ProForConditionalGeneration": "qwen3_vl.Qwen3VLForConditionalGeneration",
+    "interns2_mobius.InternS2MobiusForConditionalGeneration": "qwen3_vl.Qwen3VLForConditionalGeneration",
+    "interns2preview.InternS2PreviewForConditionalGeneration": "qwen3_vl.Qwen3VLForConditionalGeneration",
+    "qwen4_exp.Qwen4ExpForConditionalGeneration": "qwen3_vl.Qwen3VLForConditionalGeneration",
 }
 
 
@@ -304,11 +329,19 @@ def family_for_architecture(architecture: str, version: Optional[Version] = None
     return None
 
 
+def rows_naming(architecture: str) -> List[Family]:
+    """Every row, of any release, whose classes name `architecture`."""
+    return [row for row in FAMILIES if architecture in row.architectures()]
+
+
 def untabled(architecture: str) -> Optional[str]:
-    """Why a class that defines the setter has no row, or None when it is not listed."""
+    """Why a class that defines (or inherits) the setter has no row, or None when it is not listed."""
     for dotted, why in UNTABLED.items():
         if dotted.rpartition(".")[2] == architecture:
             return why
+    for dotted, owner in UNTABLED_SUBCLASSES.items():
+        if dotted.rpartition(".")[2] == architecture:
+            return f"inherits the setter of {owner}: {UNTABLED[owner]}"
     return None
 
 
@@ -352,6 +385,12 @@ def ids_to_positions(row: Family, layer_ids: Optional[Sequence[int]], num_layers
     return positions(row.rule, layer_ids, num_layers)[0]
 
 
+def first_release(name: str) -> Version:
+    """The first release in which family `name` is served."""
+    return min(row.first for row in FAMILIES if row.name == name)
+
+
 def table(version: Optional[Version] = None) -> List[dict]:
-    """The rows of a release as plain values (`eagle-probe compat`)."""
-    return [row.as_dict() for row in rows_for(version)]
+    """The rows of a release as plain values (`eagle-probe compat`), each with the release the family is served
+    from (`since`)."""
+    return [dict(row.as_dict(), since=versions.format_version(first_release(row.name))) for row in rows_for(version)]

@@ -10,7 +10,8 @@ import pytest
 PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "eagle_probe"
 # What a serving process loads: the runtime, the shared vocabulary, the bootstrap.
 SERVING = sorted([*PACKAGE.glob("runtime/**/*.py"), PACKAGE / "__init__.py", PACKAGE / "config.py",
-                  PACKAGE / "events.py", PACKAGE / "versions.py", *PACKAGE.glob("bootstrap/*.py")])
+                  PACKAGE / "events.py", PACKAGE / "versions.py", PACKAGE / "families.py",
+                  *PACKAGE.glob("bootstrap/*.py")])
 ANALYSIS = sorted(PACKAGE.glob("analysis/*.py"))
 TOOLS = ("subprocess", "urllib", "http")
 
@@ -52,6 +53,6 @@ def test_analysis_imports_no_sglang_and_no_commands(path):
 
 def test_top_level_holds_only_the_shared_vocabulary():
     modules = sorted(p.name for p in PACKAGE.glob("*.py"))
-    assert modules == ["__init__.py", "__main__.py", "config.py", "events.py", "versions.py"]
+    assert modules == ["__init__.py", "__main__.py", "config.py", "events.py", "families.py", "versions.py"]
     assert sorted(p.name for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__") == [
         "analysis", "bootstrap", "commands", "runtime"]
