@@ -12,6 +12,12 @@ from ..families import Family
 from ..versions import Version, format_version
 
 NESTED_TEXT_KEYS = ("text_config", "language_config", "llm_config")
+# HF model_type -> family, for a config that names no architectures (said in a note, never silently)
+MODEL_TYPES = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "qwen2_moe": "qwen2_moe",
+               "qwen3_moe": "qwen3_moe", "gpt_oss": "gpt_oss", "glm4_moe": "glm4_moe", "glm4_moe_lite": "glm4_moe_lite",
+               "deepseek_v2": "deepseek_v2", "deepseek_v3": "deepseek_v2", "deepseek_v32": "deepseek_v2",
+               "kimi_k2": "deepseek_v2", "kimi_k25": "deepseek_v2", "minimax_m2": "minimax_m2",
+               "gemma3": "gemma3", "gemma3_text": "gemma3", "gemma4": "gemma4_vl", "gemma4_text": "gemma4"}
 
 
 @dataclass(frozen=True)
@@ -91,6 +97,13 @@ def resolve(data: dict, version: Optional[Version]) -> TargetFamily:
                 f"unverified for SGLang {release}.", architecture=name, rule=families.RULE_PLUS_ONE)
             return TargetFamily(name, _stand_in(why), False, finding)
     if not names:
+        for source in [data] + [data.get(k) for k in NESTED_TEXT_KEYS]:
+            model_type = source.get("model_type") if isinstance(source, dict) else None
+            row = families.family(MODEL_TYPES[model_type], version) if model_type in MODEL_TYPES else None
+            if row is not None:
+                return TargetFamily(None, row, True, note=(
+                    f"target: the config names no 'architectures'; family {row.name} from model_type "
+                    f"'{model_type}'"))
         finding = _finding(
             CAPTURE_RULE_UNVERIFIED,
             "the target config names no 'architectures': its family is unknown; the predictions below use "

@@ -176,6 +176,13 @@ def test_untabled_setter_class_is_predicted_unverified(tmp_path, capsys):
     assert eager(res)["layers_to_capture"] == [3, 16, 29]
 
 
+def test_no_architectures_family_from_model_type(tmp_path, capsys):
+    t = write(tmp_path, "target", {"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 64})
+    rc, res, _ = doctor(capsys, "--target", t, "--draft", draft(tmp_path, [2, 15, 28]), "--sglang-version", "0.5.23")
+    assert eager(res)["layers_to_capture"] == [3, 16, 29]
+    assert any("from model_type 'llama'" in n for n in res["notes"])
+
+
 def test_no_architectures_is_named(tmp_path, capsys):
     t = write(tmp_path, "target", {"num_hidden_layers": 61, "hidden_size": 64, "first_k_dense_replace": 3})
     rc, res, _ = doctor(capsys, "--target", t, "--draft", draft(tmp_path, [2, 30, 58]), "--sglang-version", "0.5.23")
