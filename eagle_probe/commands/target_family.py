@@ -127,18 +127,15 @@ def resolve(data: dict, version: Optional[Version]) -> TargetFamily:
     return TargetFamily(names[0], None, False, finding)
 
 
-def resolve_directory(path: Optional[str], version: Optional[Version]) -> Optional[TargetFamily]:
-    """resolve() for a model directory's config.json; None when there is none or it is unreadable."""
-    if not path:
-        return None
+class TargetConfigError(ValueError):
+    """A target directory without a readable config.json (the message names the file)."""
+
+
+def resolve_directory(path: str, version: Optional[Version]) -> TargetFamily:
+    """resolve() for a model directory's config.json (or the file itself); TargetConfigError when unreadable."""
+    from .json_files import read_json_object
+
     file = os.path.join(path, "config.json") if os.path.isdir(path) else path
-    try:
-        from .json_files import read_json_object
-
-        class _Bad(Exception):
-            pass
-
-        data = read_json_object(file, "target config", _Bad, 10 * 1024 * 1024)
-    except Exception:
-        return None
-    return resolve(data, version)
+    if not os.path.lexists(file):
+        raise TargetConfigError(f"target config: {file}: no such file")
+    return resolve(read_json_object(file, "target config", TargetConfigError, 10 * 1024 * 1024), version)
