@@ -250,23 +250,36 @@ FAMILIES: Tuple[Family, ...] = tuple(
             **_RESIDUAL, capture_how=CAPTURES_LAYER_INPUT, embedding_capturable=True, final_capturable=True,
             tbo=TBO_NONE, pp_guard=False, n_source="self.config.text_config.num_hidden_layers",
             inherited=("gemma4_unified.Gemma4UnifiedForConditionalGeneration",))
+    + _rows("qwen2_5_vl", "Qwen2.5-VL", "0.5.8",
+            [("0.5.21", dict(capture_how=CAPTURES_SNAPSHOT)), ("0.5.22", _KEYWORD)],
+            classes=("qwen2_5_vl.Qwen2_5_VLForConditionalGeneration",), inner="qwen2.Qwen2Model", **_A, **_RESIDUAL,
+            **_GUARDED, final_capturable=False, tbo=TBO_NONE, pp_guard=False)
+    + _rows("qwen3_next", "Qwen3-Next", "0.5.9",
+            classes=("qwen3_next.Qwen3NextForCausalLM",), inner="qwen3_next.Qwen3NextModel",
+            inner_setter="qwen3_next.Qwen3NextModel", **_A, **_RESIDUAL, **_KEYWORD, final_capturable=False,
+            final_raises=True, tbo=TBO_NONE, pp_guard=True)
+    + _rows("apertus", "Apertus", "0.5.8", [("0.5.22", _KEYWORD)],
+            classes=("apertus.ApertusForCausalLM",), inner="apertus.ApertusModel", **_A, **_RESIDUAL, **_SUM,
+            final_capturable=False, tbo=TBO_NONE, pp_guard=True)
+    + _rows("exaone_moe", "EXAONE-MoE", "0.5.9", [("0.5.22", _KEYWORD)],
+            classes=("exaone_moe.ExaoneMoEForCausalLM",), inner="exaone_moe.ExaoneMoEModel", **_A, **_RESIDUAL,
+            **_SUM, final_capturable=False, tbo=TBO_NONE, pp_guard=True, inherited=("exaone_moe.ExaoneMoeForCausalLM",))
+    + _rows("longcat_flash", "LongCat-Flash", "0.5.8", [("0.5.21", dict(capture_how=CAPTURES_SNAPSHOT,
+                                                                         embedding_capturable=True))],
+            classes=("longcat_flash.LongcatFlashForCausalLM",), inner="longcat_flash.LongcatFlashModel", **_A,
+            **_RESIDUAL, **_SUM, final_capturable=False, tbo=TBO_NONE, pp_guard=False)
 )
 
 # Classes that define the setter but have no row (yet): the probe observes them with the rule `unverified`.
 UNTABLED: Dict[str, str] = {
     "mindspore.MindSporeForCausalLM": "hands the ids to a MindSpore model outside SGLang's source",
     "mimo_v2_flash.MiMoV2Model": "0.5.8 only: an inner model's setter that no outer class calls",
-    "apertus.ApertusForCausalLM": "not proven yet",
-    "bailing_moe.BailingMoEForCausalLM": "not proven yet",
-    "exaone_moe.ExaoneMoEForCausalLM": "not proven yet",
-    "longcat_flash.LongcatFlashForCausalLM": "not proven yet",
-    "qwen3_next.Qwen3NextForCausalLM": "not proven yet",
-    "qwen3_next.Qwen3NextModel": "not proven yet (inner setter of Qwen3-Next)",
     "qwen3_5.Qwen3_5ForCausalLM": "not proven yet (inner setter of Qwen3.5)",
     "qwen3_5_text.Qwen3_5ForCausalLM": "not proven yet",
-    "qwen2_5_vl.Qwen2_5_VLForConditionalGeneration": "not proven yet",
     "qwen3_vl.Qwen3VLForConditionalGeneration": "not proven yet",
-    "glm5_next.Glm5NextForConditionalGeneration": "not proven yet",
+    "glm5_next.Glm5NextForConditionalGeneration": "0.5.20 captures through a helper the contract does not read",
+    "bailing_moe.BailingMoEForCausalLM": "captures two ways at once (the layer's keyword and per-layer flags); not "
+                                         "proven yet",
 }
 
 
@@ -275,7 +288,6 @@ UNTABLED_SUBCLASSES: Dict[str, str] = {
     "bailing_moe.BailingMoeForCausalLM": "bailing_moe.BailingMoEForCausalLM",
     "bailing_moe.BailingMoeV2ForCausalLM": "bailing_moe.BailingMoEForCausalLM",
     "sarvam_moe.SarvamMoEForCausalLM": "bailing_moe.BailingMoEForCausalLM",
-    "exaone_moe.ExaoneMoeForCausalLM": "exaone_moe.ExaoneMoEForCausalLM",
     "qwen3_5.Qwen3_5MoeForCausalLM": "qwen3_5.Qwen3_5ForCausalLM",
     "qwen3_5_text.Qwen3_5MoeForCausalLM": "qwen3_5_text.Qwen3_5ForCausalLM",
     "qwen3_5.Qwen3_5ForConditionalGeneration": "qwen3_vl.Qwen3VLForConditionalGeneration",

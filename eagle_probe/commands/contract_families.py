@@ -207,7 +207,7 @@ def forward_facts(node: ast.FunctionDef) -> ForwardFacts:
             kinds.add(families.CAPTURES_LOOP_SUM_GUARDED)
         elif text == "hidden_states":
             kinds.add(families.CAPTURES_LAYER_INPUT)
-        elif text.startswith(("residual_batch.snapshot(", "snapshot(")):
+        elif re.match(r"^([\w.\[\]]+\.)?snapshot\(hidden_states", text):
             kinds.add(families.CAPTURES_SNAPSHOT)
     facts.flags = "_is_layer_to_capture" in ast.unparse(node)
     if not kinds:
@@ -411,9 +411,29 @@ def coverage_claim(release: str) -> Claim:
                  check)
 
 
+def untabled_subclass_claims(release: str) -> List[Claim]:
+    """Each listed subclass of an untabled class (where it exists) inherits that class's setter."""
+    out = []
+    for dotted, owner in families.UNTABLED_SUBCLASSES.items():
+        def check(src, dotted=dotted, owner=owner):
+            module, cls = _split(dotted)
+            if find_name(src, module, cls) is None:
+                return None  # not in this release
+            node, found = _setter_node(src, dotted)
+            own = _own_setter(src, owner)
+            if node is None and own is None:
+                return None  # neither serves EAGLE-3 in this release
+            if node is None or own is None or node is not own:
+                return f"does not inherit {owner}.{SETTER} ({'no setter' if node is None else found.where})"
+            return None
+
+        out.append(Claim(f"{release}: {dotted} (where both exist) inherits {owner}.{SETTER} (untabled)", check))
+    return out
+
+
 def claims_for_release(release: str) -> List[Claim]:
     version = versions.parse_version(release)
-    out = [coverage_claim(release)]
+    out = [coverage_claim(release)] + untabled_subclass_claims(release)
     present = set()
     for row in families.rows_for(version):
         present.add(row.name)

@@ -54,9 +54,9 @@ def test_absent_family_is_proven_absent(trees):
 
 
 def test_an_untabled_setter_class_is_caught(trees, monkeypatch):
-    monkeypatch.delitem(families.UNTABLED, "apertus.ApertusForCausalLM")
+    monkeypatch.delitem(families.UNTABLED, "qwen3_vl.Qwen3VLForConditionalGeneration")
     problem = contract_families.coverage_claim("0.5.23").check(trees("0.5.23"))
-    assert problem and "apertus.ApertusForCausalLM" in problem
+    assert problem and "qwen3_vl.Qwen3VLForConditionalGeneration" in problem
 
 
 def test_every_setter_class_of_0523_has_a_row_or_is_listed(trees):

@@ -16,7 +16,7 @@ def test_compat_json_has_the_family_table(capsys):
     assert {"llama", "qwen3", "qwen3_moe", "gpt_oss", "glm4_moe", "deepseek_v2"} <= names
     llama = next(r for r in report["families"] if r["family"] == "llama")
     assert llama["rule_letter"] == "A" and "LlamaForCausalLM" in " ".join(llama["classes"])
-    assert "apertus.ApertusForCausalLM" in report["untabled"]
+    assert "qwen3_vl.Qwen3VLForConditionalGeneration" in report["untabled"]
 
 
 def test_compat_text_prints_one_line_per_family(capsys):

@@ -170,7 +170,7 @@ def test_family_absent_from_the_release(tmp_path, capsys):
 
 
 def test_untabled_setter_class_is_predicted_unverified(tmp_path, capsys):
-    rc, res, _ = doctor(capsys, "--target", target(tmp_path, "ApertusForCausalLM", 32),
+    rc, res, _ = doctor(capsys, "--target", target(tmp_path, "BailingMoeV2ForCausalLM", 32),
                         "--draft", draft(tmp_path, [2, 15, 28]), "--sglang-version", "0.5.23")
     assert "capture_rule_unverified" in codes(res) and not res["family"]["verified"]
     assert eager(res)["layers_to_capture"] == [3, 16, 29]

@@ -99,7 +99,7 @@ def test_family_for_architecture(architecture, release, name):
 @pytest.mark.parametrize("architecture, release", [
     ("Glm4MoeLiteForCausalLM", "0.5.12"), ("Gemma3ForCausalLM", "0.5.11"), ("KimiK25ForConditionalGeneration", "0.5.9"),
     ("MiniMaxM3SparseForConditionalGeneration", "0.5.17"), ("OPTForCausalLM", "0.5.23"),
-    ("Glm4ForCausalLM", "0.5.23"), ("ApertusForCausalLM", "0.5.23"),
+    ("Glm4ForCausalLM", "0.5.23"), ("Qwen3VLForConditionalGeneration", "0.5.23"),
 ])
 def test_absent_or_unserved_architectures_have_no_row(architecture, release):
     assert families.family_for_architecture(architecture, V(release)) is None
@@ -137,7 +137,8 @@ def test_final_layer_and_embedding_by_family():
 
 
 def test_untabled_classes_and_architectures():
-    assert "not proven" in families.untabled("ApertusForCausalLM")
+    assert "not proven" in families.untabled("Qwen3VLForConditionalGeneration")
+    assert families.untabled("ApertusForCausalLM") is None  # a row
     assert "BailingMoEForCausalLM" in families.untabled("BailingMoeV2ForCausalLM")
     assert families.untabled("OPTForCausalLM") is None
     table = families.table(V("0.5.23"))
@@ -145,4 +146,5 @@ def test_untabled_classes_and_architectures():
                                             "deepseek_v2", "minimax_m2", "minimax_m3_vl", "gemma3", "gemma4"}
     assert all(r["since"] and r["rule_letter"] in "ABCD" for r in table)
     assert {r["family"] for r in families.table(V("0.5.8"))} == {
-        "llama", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "gpt_oss", "glm4_moe", "deepseek_v2", "minimax_m2"}
+        "llama", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "gpt_oss", "glm4_moe", "deepseek_v2", "minimax_m2",
+        "qwen2_5_vl", "apertus", "longcat_flash"}
