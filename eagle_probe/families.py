@@ -346,6 +346,26 @@ def rows_naming(architecture: str) -> List[Family]:
     return [row for row in FAMILIES if architecture in row.architectures()]
 
 
+def family_for_class_names(names: Sequence[str], version: Optional[Version] = None) -> Optional[Family]:
+    """The row for a class given its MRO's class names, most derived first (`[c.__name__ for c in cls.__mro__]`):
+    the first name a row of the release names. For the runtime, which meets classes by object, not by config."""
+    for name in names:
+        row = family_for_architecture(name, version)
+        if row is not None:
+            return row
+    return None
+
+
+def predicted_positions(architecture: str, version: Optional[Version], layer_ids: Optional[Sequence[int]],
+                        num_layers: int) -> Tuple[Optional[Tuple[int, ...]], str]:
+    """(positions, rule as applied) for a class in a release; (None, UNVERIFIED) when no row names it: the probe
+    then reports what SGLang set, with the rule marked unverified, and never guesses."""
+    row = family_for_architecture(architecture, version)
+    if row is None:
+        return None, UNVERIFIED
+    return positions(row.rule, layer_ids, num_layers)
+
+
 def untabled(architecture: str) -> Optional[str]:
     """Why a class that defines (or inherits) the setter has no row, or None when it is not listed."""
     for dotted, why in UNTABLED.items():

@@ -340,6 +340,19 @@ def family_claims(row: "families.Family", release: str) -> List[Claim]:
                           f"self.layers[p] {'unchecked (position N raises IndexError)' if row.final_raises else ''}",
                           inner_setter_check))
 
+    inner_cls = row.inner.rpartition(".")[2]
+    for dotted in row.classes:
+        def link_check(src, dotted=dotted):
+            module, cls = _split(dotted)
+            found = find_name(src, module, cls)
+            if found is None or not isinstance(found.node, ast.ClassDef):
+                return f"class {dotted} not found"
+            names = {n.id for n in ast.walk(found.node) if isinstance(n, ast.Name)} | {
+                n.attr for n in ast.walk(found.node) if isinstance(n, ast.Attribute)}
+            return None if inner_cls in names else f"{cls} never names {inner_cls}"
+
+        out.append(_claim(release, row, f"{dotted} builds its model from {row.inner}", link_check))
+
     def forward_check(src):
         module, cls = _split(row.inner)
         found = find(src, module, f"{cls}.forward")

@@ -148,3 +148,13 @@ def test_untabled_classes_and_architectures():
     assert {r["family"] for r in families.table(V("0.5.8"))} == {
         "llama", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "gpt_oss", "glm4_moe", "deepseek_v2", "minimax_m2",
         "qwen2_5_vl", "apertus", "longcat_flash"}
+
+
+def test_runtime_lookups():
+    v = V("0.5.23")
+    # a subclass no row names is found through its MRO
+    assert families.family_for_class_names(["MyLlama", "LlamaForCausalLM", "Module", "object"], v).name == "llama"
+    assert families.family_for_class_names(["OPTForCausalLM", "Module"], v) is None
+    assert families.predicted_positions("LlamaForCausalLM", v, [2, 15, 28], 32) == ((3, 16, 29), RULE_PLUS_ONE)
+    assert families.predicted_positions("GptOssForCausalLM", v, [2, 12, 24], 24)[0] == (2, 12, 24)
+    assert families.predicted_positions("Qwen3VLForConditionalGeneration", v, [2], 32) == (None, families.UNVERIFIED)
