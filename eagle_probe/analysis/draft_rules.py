@@ -122,7 +122,7 @@ def ids_for_capture(wanted: Sequence[int], num_layers: int, rules: VersionRules,
     return None, f"no id list maps to {list(wanted)} under {rule}"
 
 
-def _explain(captured: Sequence[int], trained: Sequence[int], num_layers: int) -> str:
+def _explain(captured: Sequence[int], trained: Sequence[int], num_layers: int, final: bool = False) -> str:
     captured, trained = tuple(captured), tuple(trained)
     if len(captured) != len(trained):
         return (f"it captures {len(captured)} states but the draft was trained on {len(trained)}")
@@ -150,8 +150,8 @@ def _explain(captured: Sequence[int], trained: Sequence[int], num_layers: int) -
             kind = "-1 offset"
         else:
             kind = "wrong layer"
-        parts.append(f"slot {slot}: {c} ({capture_label(c, num_layers)}) instead of {t} "
-                     f"({capture_label(t, num_layers)}), {kind}")
+        parts.append(f"slot {slot}: {c} ({capture_label(c, num_layers, final)}) instead of {t} "
+                     f"({capture_label(t, num_layers, final)}), {kind}")
     return "; ".join(parts)
 
 
@@ -177,10 +177,12 @@ def layer_mismatch_findings(*, captured: Sequence[int], trained_hf: Sequence[int
     ids_text = ("no ids: the defaults" if requested_ids is None
                 else f"eagle_aux_hidden_state_layer_ids {list(requested_ids)}")
     extra = {} if family is None else {"family": family.name}
+    final = family is not None and family.final_capturable
     return [_finding(
         LAYER_MISMATCH,
-        f"The target captures {_labels(captured, num_layers)} (from {ids_text}) but the draft was trained on "
-        f"HF hidden_states {_labels(trained, num_layers)}: {_explain(captured, trained, num_layers)}. {fix}",
+        f"The target captures {_labels(captured, num_layers, final)} (from {ids_text}) but the draft was trained on "
+        f"HF hidden_states {_labels(trained, num_layers, final)}: {_explain(captured, trained, num_layers, final)}. "
+        f"{fix}",
         captured=list(captured), trained_hf=list(trained),
         requested_ids=None if requested_ids is None else list(requested_ids),
         fix_ids=None if fix_ids is None else list(fix_ids), fix_impossible=why_not or None,

@@ -86,8 +86,8 @@ MISMATCH_CODES = (LAYER_MISMATCH, FC_WIDTH_MISMATCH, AUX_COUNT_MISMATCH, GRAPH_E
                   CAPTURE_ID_UNREACHABLE, FC_SKIPPED, PP_STAGE_NO_CAPTURE)
 
 
-def _labels(indices: Sequence[int], num_layers: Optional[int] = None) -> str:
-    return ", ".join(f"{i} ({capture_label(i, num_layers)})" for i in indices) or "none"
+def _labels(indices: Sequence[int], num_layers: Optional[int] = None, final_capturable: bool = False) -> str:
+    return ", ".join(f"{i} ({capture_label(i, num_layers, final_capturable)})" for i in indices) or "none"
 
 
 def _finding(code: str, message: str, **evidence) -> Finding:

@@ -188,3 +188,12 @@ def test_no_architectures_is_named(tmp_path, capsys):
     rc, res, _ = doctor(capsys, "--target", t, "--draft", draft(tmp_path, [2, 30, 58]), "--sglang-version", "0.5.23")
     assert "capture_rule_unverified" in codes(res)
     assert eager(res)["layers_to_capture"] == [2, 30, 58]  # DeepSeek's rule, said so
+
+
+def test_gpt_oss_layer_mismatch_labels_the_final_layer(tmp_path, capsys):
+    rc, res, _ = doctor(capsys, "--target", target(tmp_path, "GptOssForCausalLM", 24),
+                        "--draft", draft(tmp_path, [2, 12, 23]), "--sglang-version", "0.5.23",
+                        "--trained-layers", "hf:2,12,24")
+    f = next(f for f in res["findings"] if f["code"] == "layer_mismatch")
+    assert "never captured" not in f["message"] and "24 (output of layer 23 (the final layer" in f["message"]
+    assert f["evidence"]["fix_ids"] == [2, 12, 24]
