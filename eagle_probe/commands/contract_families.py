@@ -468,3 +468,41 @@ def check_families(src: SourceTree, release: str) -> List[Tuple[str, str]]:
         if problem is not None:
             failures.append((claim.what, problem))
     return failures
+
+
+def main(argv=None) -> int:
+    """`python -m eagle_probe.commands.contract_families [RELEASE ...] [--installed]`: the family claims per
+    release (default: every release of families.RELEASES, wheels cached as the contract check caches them)."""
+    import argparse
+    import os
+    import sys
+
+    from .contract import DEFAULT_CACHE, download_wheel
+
+    parser = argparse.ArgumentParser(prog="contract_families", description=main.__doc__)
+    parser.add_argument("releases", nargs="*")
+    parser.add_argument("--cache", default=os.environ.get("EAGLE_PROBE_WHEEL_CACHE", DEFAULT_CACHE))
+    parser.add_argument("--installed", action="store_true", help="check the installed SGLang's source")
+    args = parser.parse_args(argv)
+    if args.installed:
+        src, release = SourceTree.installed(), versions.installed_sglang_version()
+        if src is None or release is None:
+            print("contract_families: SGLang is not installed here", file=sys.stderr)
+            return 2
+        targets = [(release, lambda: src)]
+    else:
+        releases = args.releases or [versions.format_version(v) for v in families.RELEASES]
+        targets = [(r, lambda r=r: SourceTree.from_wheel(download_wheel(r, args.cache), label=r)) for r in releases]
+    broken = 0
+    for release, load in targets:
+        failures = check_families(load(), release)
+        broken += len(failures)
+        print(f"{release:<14} {len(claims_for_release(release)):>3} family claims  "
+              + ("ok" if not failures else f"{len(failures)} BROKEN"))
+        for claim, problem in failures:
+            print(f"    BROKEN {claim}: {problem}")
+    return 1 if broken else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
