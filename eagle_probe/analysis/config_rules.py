@@ -11,11 +11,13 @@ from typing import List, Optional, Sequence, Tuple
 
 from ..observations import CaptureConfigured
 from .findings import Finding
+from .. import families
+from ..families import Family
 from ..versions import VersionRules
 from .draft_rules import draft_input_findings, ids_for_capture, layer_mismatch_findings
 from .findings import (DRAFT_WEIGHTS_DROPPED, FC_WIDTH_MISMATCH, PP_STAGE_NO_CAPTURE, TBO_CAPTURE_LOST,
                        _finding, _labels, capture_config_findings, graph_eager_findings)
-from .layers import apply_capture_rule, capture_label, default_layer_ids, split_layers
+from .layers import LayerSplit, apply_capture_rule, capture_label, default_layer_ids, split_layers
 
 EAGLE3, EAGLE = "EAGLE3", "EAGLE"
 
@@ -26,6 +28,11 @@ class TargetSpec:
     num_layers: int
     hidden_size: int
     first_k_dense_replace: Optional[int] = None
+    family: Optional[Family] = None  # eagle_probe.families row; None: DeepSeek's behaviour (versions.RULES)
+
+    @property
+    def final_capturable(self) -> bool:
+        return self.family is not None and self.family.final_capturable
 
 
 @dataclass(frozen=True)
@@ -101,6 +108,24 @@ def last_stage_range(num_layers: int, pp_size: int, partition: Optional[Sequence
     return num_layers - size, num_layers
 
 
+def tbo_split(target: TargetSpec, start: int, end: int) -> LayerSplit:
+    """Which layers of the stage [start, end) a Two-Batch-Overlap forward runs outside the capturing loop, by the
+    family's TBO behaviour (DeepSeek's: from first_k_dense_replace on)."""
+    tbo = families.TBO_FROM_FIRST_K_DENSE if target.family is None else target.family.tbo
+    if tbo == families.TBO_NONE:
+        return LayerSplit((start, end), None)
+    if tbo == families.TBO_ALL:
+        return LayerSplit((start, start), (start, end))
+    return split_layers(start, end, target.first_k_dense_replace, True)
+
+
+def _capturable(target: TargetSpec, index: int, start: int, end: int) -> bool:
+    n = target.num_layers
+    if index == n and target.final_capturable and end == n:
+        return True
+    return start <= index < end and 0 <= index < n
+
+
 def predict(target: TargetSpec, draft: DraftSpec, rules: VersionRules, launch: LaunchSpec) -> Prediction:
     n = target.num_layers
     start, end = last_stage_range(n, launch.pp_size, launch.pp_partition)
@@ -113,12 +138,12 @@ def predict(target: TargetSpec, draft: DraftSpec, rules: VersionRules, launch: L
         return replace(pred, paths=(PathPrediction("all", why, None, (), ()),))
 
     ids = draft.layer_ids
-    eager, _ = apply_capture_rule(rules.capture_id_rule, ids, n)
+    eager, _ = apply_capture_rule(rules.capture_id_rule, ids, n, target.family)
     base = [("eager", "eager forwards: prefill EXTEND, TARGET_VERIFY beyond the CUDA-graph batch sizes"
              + ("" if launch.cuda_graph else ", and every step (CUDA graphs off)"), ids, tuple(eager))]
     if launch.cuda_graph:
         if rules.graph_setup_uses_default_layers:
-            graph = default_layer_ids(n)
+            graph = default_layer_ids(n, target.family)
             base.append(("cuda_graph", "CUDA-graph capture (replayed TARGET_VERIFY steps): the set-up calls the "
                          "setter with no ids, so the defaults apply", None, tuple(graph)))
         else:
@@ -126,12 +151,12 @@ def predict(target: TargetSpec, draft: DraftSpec, rules: VersionRules, launch: L
                          ids, tuple(eager)))
     paths = []
     for name, desc, req, configured in base:
-        captured = tuple(i for i in configured if start <= i < end and 0 <= i < n)
+        captured = tuple(i for i in configured if _capturable(target, i, start, end))
         lost = tuple(i for i in configured if i not in captured)
         paths.append(PathPrediction(name, desc, req, configured, captured, lost,
                                     "outside the last pipeline stage or the layer range" if lost else ""))
-    if launch.tbo:
-        split = split_layers(start, end, target.first_k_dense_replace, True)
+    if launch.tbo and tbo_split(target, start, end).tbo is not None:
+        split = tbo_split(target, start, end)
         for p in list(paths):
             lost = split.lost(p.captured)
             captured = tuple(i for i in p.captured if i not in lost)
@@ -197,7 +222,8 @@ def config_findings(target: TargetSpec, draft: DraftSpec, rules: VersionRules, l
             seen_configs.add(p.configured)
             obs = CaptureConfigured(cls, "target", p.requested_ids, p.configured, n, target.first_k_dense_replace,
                                     0, n, True, "eagle-probe doctor (predicted)", p.name == "cuda_graph")
-            out.extend(f for f in capture_config_findings(obs, rules) if f.code != "capture_rule_unexpected")
+            out.extend(f for f in capture_config_findings(obs, rules, target.family)
+                       if f.code != "capture_rule_unexpected")
         graph = next((p for p in base if p.name == "cuda_graph"), None)
         if graph is not None:
             out.extend(graph_eager_findings(cls, graph.configured, eager.configured, "configuration (predicted)", n))
@@ -212,13 +238,14 @@ def config_findings(target: TargetSpec, draft: DraftSpec, rules: VersionRules, l
             for captured, names in groups.items():
                 req = next(p.requested_ids for p in base if p.captured == captured)
                 for f in layer_mismatch_findings(captured=captured, trained_hf=trained_hf, num_layers=n,
-                                                 rules=rules, requested_ids=req):
+                                                 rules=rules, requested_ids=req, family=target.family):
                     out.append(_with_context(f, f"{cls} ({' and '.join(names)}): ", path=" and ".join(names)))
 
     # What reaches the draft's fc on each path.
     # 0.5.23's packer raises on a short count (reported above), so nothing reaches the draft on such a path;
     # 0.5.8 passes the shorter list on.
-    fc_paths = [p for p in pred.paths if not (p.lost and rules.aux_format == "packed")]
+    packed = rules.aux_format == "packed" and (target.family is None or target.family.name == "deepseek_v2")
+    fc_paths = [p for p in pred.paths if not (p.lost and packed)]
     seen_widths = set()
     for p in fc_paths:
         if launch.algorithm != EAGLE3 or not draft.use_aux_hidden_state:
@@ -266,15 +293,16 @@ def config_findings(target: TargetSpec, draft: DraftSpec, rules: VersionRules, l
 def fix_for(target: TargetSpec, rules: VersionRules, launch: LaunchSpec, trained_hf: Sequence[int]) -> dict:
     """The ids that would capture trained_hf under this release, with what still stands in the way."""
     n = target.num_layers
-    ids, why = ids_for_capture(trained_hf, n, rules)
+    ids, why = ids_for_capture(trained_hf, n, rules, target.family)
     notes = []
     if ids is not None:
-        if launch.cuda_graph and rules.graph_setup_uses_default_layers and tuple(trained_hf) != default_layer_ids(n):
-            notes.append(f"CUDA-graph replays still capture the defaults {list(default_layer_ids(n))} in this "
+        defaults = default_layer_ids(n, target.family)
+        if launch.cuda_graph and rules.graph_setup_uses_default_layers and tuple(trained_hf) != defaults:
+            notes.append(f"CUDA-graph replays still capture the defaults {list(defaults)} in this "
                          f"release: run with --disable-cuda-graph or upgrade")
         if launch.tbo:
             start, end = last_stage_range(n, launch.pp_size, launch.pp_partition)
-            lost = split_layers(start, end, target.first_k_dense_replace, True).lost(trained_hf)
+            lost = tbo_split(target, start, end).lost(trained_hf)
             if lost:
                 notes.append(f"Two-Batch-Overlap still drops {_labels(lost, n)}: disable it")
         if launch.pp_size > 1:
@@ -283,4 +311,5 @@ def fix_for(target: TargetSpec, rules: VersionRules, launch: LaunchSpec, trained
             if outside:
                 notes.append(f"pipeline stages other than the last never capture {_labels(outside, n)}")
     return {"ids": None if ids is None else list(ids), "impossible": why or None, "notes": notes,
-            "trained_hf": list(trained_hf), "labels": [capture_label(i, n) for i in trained_hf]}
+            "trained_hf": list(trained_hf),
+            "labels": [capture_label(i, n, target.final_capturable) for i in trained_hf]}

@@ -6,6 +6,8 @@ same functions, so a problem reads the same before launch and while serving.
 
 from typing import List, Optional, Sequence, Tuple
 
+from .. import families
+from ..families import Family
 from ..versions import PLUS_ONE_ALWAYS, PLUS_ONE_IF_FIRST_IS_ONE, VersionRules, format_version, rule_since
 from .findings import Finding, FC_SKIPPED, FC_WIDTH_MISMATCH, LAYER_MISMATCH, _finding, _labels
 from .layers import apply_capture_rule, capture_label, default_layer_ids, unreachable_indices
@@ -63,7 +65,10 @@ def draft_input_findings(*, model_class: str, mode: str, aux_width: int, embed_w
     return []
 
 
-def _rule_text(rules: VersionRules) -> str:
+def _rule_text(rules: VersionRules, family: Optional[Family] = None) -> str:
+    if family is not None and family.name != "deepseek_v2":
+        return (f"SGLang {family.releases_text} {families.RULE_TEXT.get(family.rule, 'maps ids by ' + family.rule)} "
+                f"for {family.label} (rule {family.letter})")
     version = format_version(rule_since(rules, "capture_id_rule"))  # where the rule began, not where its row does
     if rules.capture_id_rule == PLUS_ONE_ALWAYS:
         how = "adds 1 to every id"
@@ -74,33 +79,50 @@ def _rule_text(rules: VersionRules) -> str:
     return f"SGLang {version}+ {how}"
 
 
-def ids_for_capture(wanted: Sequence[int], num_layers: int, rules: VersionRules
-                    ) -> Tuple[Optional[Tuple[int, ...]], str]:
-    """Invert the version's capture rule: ids that make SGLang capture exactly `wanted`.
+def _reach(rules: VersionRules, family: Optional[Family]) -> dict:
+    """What a family (default: DeepSeek's, from the version row) can capture."""
+    if family is None:
+        return dict(rule=rules.capture_id_rule, embedding_capturable=rules.embedding_capturable,
+                    final_capturable=False, final_raises=False)
+    return dict(rule=family.rule, embedding_capturable=family.embedding_capturable,
+                final_capturable=family.final_capturable, final_raises=family.final_raises)
 
+
+def ids_for_capture(wanted: Sequence[int], num_layers: int, rules: VersionRules, family: Optional[Family] = None
+                    ) -> Tuple[Optional[Tuple[int, ...]], str]:
+    """Invert the capture rule: ids that make SGLang capture exactly `wanted` (HF hidden_states indices).
+
+    The rule is DeepSeek's for the release (`rules`) unless a `family` row (eagle_probe.families) is given:
+    e.g. Llama on 0.5.23 adds 1 to every id, so HF [3, 16, 29] needs ids [2, 15, 28].
     Returns (ids, "") or (None, why it is impossible).
     """
     wanted = tuple(int(i) for i in wanted)
     if not wanted:
         return None, "no layers to capture"
-    bad = unreachable_indices(wanted, num_layers, rules.embedding_capturable)
+    reach = _reach(rules, family)
+    rule = reach["rule"]
+    bad = unreachable_indices(wanted, num_layers, reach["embedding_capturable"],
+                              final_capturable=reach["final_capturable"], final_raises=reach["final_raises"])
     if bad:
         return None, "; ".join(
             f"HF index {i} ({capture_label(i)}): {why}"
             + (f" (it needs id {i - 1}, which yields capture index 0)"
-               if i == 0 and rules.capture_id_rule == PLUS_ONE_ALWAYS else "")
+               if i == 0 and rule == PLUS_ONE_ALWAYS else "")
             for i, why in bad)
     # Every known rule either keeps the ids or adds one; try both and keep the first that round-trips.
     for candidate in (wanted, tuple(i - 1 for i in wanted)):
-        if apply_capture_rule(rules.capture_id_rule, candidate, num_layers)[0] == wanted:
+        if apply_capture_rule(rule, candidate, num_layers)[0] == wanted:
             return candidate, ""
-    if rules.capture_id_rule == PLUS_ONE_IF_FIRST_IS_ONE and wanted[0] == 1:
+    if rule == PLUS_ONE_IF_FIRST_IS_ONE and wanted[0] == 1:
         return None, ("the first index is 1 (output of layer 0): as an id, 1 triggers the +1 rule, and id 0 "
                       "is used as given; no id list yields it first (reorder the layers if the draft allows)")
-    return None, f"no id list maps to {list(wanted)} under {rules.capture_id_rule}"
+    if rule == families.RULE_AS_GIVEN_IF_MAX_IS_N:
+        return None, (f"ids whose largest is {num_layers} are used as given and all others get +1, so "
+                      f"{list(wanted)} (largest {max(wanted)}) has no id list")
+    return None, f"no id list maps to {list(wanted)} under {rule}"
 
 
-def _explain(captured: Sequence[int], trained: Sequence[int], num_layers: int) -> str:
+def _explain(captured: Sequence[int], trained: Sequence[int], num_layers: int, final: bool = False) -> str:
     captured, trained = tuple(captured), tuple(trained)
     if len(captured) != len(trained):
         return (f"it captures {len(captured)} states but the draft was trained on {len(trained)}")
@@ -128,34 +150,40 @@ def _explain(captured: Sequence[int], trained: Sequence[int], num_layers: int) -
             kind = "-1 offset"
         else:
             kind = "wrong layer"
-        parts.append(f"slot {slot}: {c} ({capture_label(c, num_layers)}) instead of {t} "
-                     f"({capture_label(t, num_layers)}), {kind}")
+        parts.append(f"slot {slot}: {c} ({capture_label(c, num_layers, final)}) instead of {t} "
+                     f"({capture_label(t, num_layers, final)}), {kind}")
     return "; ".join(parts)
 
 
 def layer_mismatch_findings(*, captured: Sequence[int], trained_hf: Sequence[int], num_layers: int,
-                            rules: VersionRules, requested_ids: Optional[Sequence[int]]) -> List[Finding]:
-    """Compare the capture indices (== HF hidden_states indices) with the HF indices the draft was trained on."""
+                            rules: VersionRules, requested_ids: Optional[Sequence[int]],
+                            family: Optional[Family] = None) -> List[Finding]:
+    """Compare the capture indices (== HF hidden_states indices) with the HF indices the draft was trained on.
+    The ids to set follow `family`'s rule (default: DeepSeek's, from `rules`)."""
     captured, trained = tuple(int(i) for i in captured), tuple(int(i) for i in trained_hf)
     if captured == trained:
         return []
-    fix_ids, why_not = ids_for_capture(trained, num_layers, rules)
+    fix_ids, why_not = ids_for_capture(trained, num_layers, rules, family)
     if fix_ids is not None:
-        fix = f"Set eagle_aux_hidden_state_layer_ids to {list(fix_ids)} ({_rule_text(rules)})"
-        defaults = default_layer_ids(num_layers)
+        fix = f"Set eagle_aux_hidden_state_layer_ids to {list(fix_ids)} ({_rule_text(rules, family)})"
+        defaults = default_layer_ids(num_layers, family)
         if rules.graph_setup_uses_default_layers and defaults != trained:
             fix += (f"; in this version CUDA-graph replays still capture the defaults {list(defaults)}, so "
                     f"also run with --disable-cuda-graph or upgrade")
         fix += "."
     else:
-        fix = f"No eagle_aux_hidden_state_layer_ids can capture them in this version ({_rule_text(rules)}): {why_not}."
+        fix = (f"No eagle_aux_hidden_state_layer_ids can capture them in this version ({_rule_text(rules, family)}): "
+               f"{why_not}.")
     ids_text = ("no ids: the defaults" if requested_ids is None
                 else f"eagle_aux_hidden_state_layer_ids {list(requested_ids)}")
+    extra = {} if family is None else {"family": family.name}
+    final = family is not None and family.final_capturable
     return [_finding(
         LAYER_MISMATCH,
-        f"The target captures {_labels(captured, num_layers)} (from {ids_text}) but the draft was trained on "
-        f"HF hidden_states {_labels(trained, num_layers)}: {_explain(captured, trained, num_layers)}. {fix}",
+        f"The target captures {_labels(captured, num_layers, final)} (from {ids_text}) but the draft was trained on "
+        f"HF hidden_states {_labels(trained, num_layers, final)}: {_explain(captured, trained, num_layers, final)}. "
+        f"{fix}",
         captured=list(captured), trained_hf=list(trained),
         requested_ids=None if requested_ids is None else list(requested_ids),
         fix_ids=None if fix_ids is None else list(fix_ids), fix_impossible=why_not or None,
-        version_rule=rules.capture_id_rule)]
+        version_rule=rules.capture_id_rule if family is None else family.rule, **extra)]

@@ -8,6 +8,7 @@ from .fingerprints import RMS_SPREAD_TOLERANCE, SIGNATURE_COSINE_TOLERANCE
 from .layers import apply_capture_rule, capture_label, unreachable_indices
 
 if TYPE_CHECKING:  # the observation types only; analysis never needs the runtime itself
+    from ..families import Family
     from ..observations import CaptureConfigured, TargetForward
 
 
@@ -29,6 +30,9 @@ AUX_COUNT_MISMATCH = "aux_count_mismatch"
 GRAPH_EAGER_LAYER_MISMATCH = "graph_eager_layer_mismatch"
 CAPTURE_ID_UNREACHABLE = "capture_id_unreachable"
 CAPTURE_RULE_UNEXPECTED = "capture_rule_unexpected"
+# Target families (eagle_probe.families): a target SGLang cannot serve with EAGLE-3, or one with no proven row.
+TARGET_NOT_EAGLE3 = "target_not_eagle3"
+CAPTURE_RULE_UNVERIFIED = "capture_rule_unverified"
 # Draft side, configuration and acceptance (shared by the running probe and `eagle-probe doctor`).
 LAYER_MISMATCH = "layer_mismatch"
 FC_WIDTH_MISMATCH = "fc_width_mismatch"
@@ -58,6 +62,10 @@ CODES = {
     GRAPH_EAGER_LAYER_MISMATCH: (ERROR, "CUDA-graph capture and eager forwards capture different layers"),
     CAPTURE_ID_UNREACHABLE: (ERROR, "a configured capture index can never be captured"),
     CAPTURE_RULE_UNEXPECTED: (WARNING, "SGLang mapped capture ids differently from its version's known rule"),
+    TARGET_NOT_EAGLE3: (ERROR, "the target's architecture defines no set_eagle3_layers_to_capture in this release: "
+                               "SGLang refuses it as an EAGLE-3 target"),
+    CAPTURE_RULE_UNVERIFIED: (WARNING, "the target class defines set_eagle3_layers_to_capture but no family row "
+                                       "proves its rule: its captures are reported with the rule unverified"),
     LAYER_MISMATCH: (ERROR, "the target captures other layers than the draft was trained on"),
     FC_WIDTH_MISMATCH: (ERROR, "the aux width entering the draft differs from the width its fc takes"),
     FC_SKIPPED: (ERROR, "the draft's fc is skipped: the incoming width equals the embedding width "
@@ -88,20 +96,25 @@ MISMATCH_CODES = (LAYER_MISMATCH, FC_WIDTH_MISMATCH, AUX_COUNT_MISMATCH, GRAPH_E
                   CAPTURE_ID_UNREACHABLE, FC_SKIPPED, PP_STAGE_NO_CAPTURE)
 
 
-def _labels(indices: Sequence[int], num_layers: Optional[int] = None) -> str:
-    return ", ".join(f"{i} ({capture_label(i, num_layers)})" for i in indices) or "none"
+def _labels(indices: Sequence[int], num_layers: Optional[int] = None, final_capturable: bool = False) -> str:
+    return ", ".join(f"{i} ({capture_label(i, num_layers, final_capturable)})" for i in indices) or "none"
 
 
 def _finding(code: str, message: str, **evidence) -> Finding:
     return Finding(code, CODES[code][0], message, tuple(sorted(evidence.items())))
 
 
-def capture_config_findings(obs: "CaptureConfigured", rules: VersionRules) -> List[Finding]:
+def capture_config_findings(obs: "CaptureConfigured", rules: VersionRules,
+                            family: Optional["Family"] = None) -> List[Finding]:
+    """The configured positions checked against what the target can capture and against its rule: DeepSeek's
+    (from `rules`) unless a `family` row (eagle_probe.families) is given."""
     findings = []
     if not obs.is_last_pp_stage:
         return findings  # SGLang returns early on earlier PP stages; nothing is configured there
-    bad = unreachable_indices(obs.layers_to_capture, obs.num_layers, rules.embedding_capturable,
-                              obs.start_layer, obs.end_layer)
+    embedding = rules.embedding_capturable if family is None else family.embedding_capturable
+    bad = unreachable_indices(obs.layers_to_capture, obs.num_layers, embedding, obs.start_layer, obs.end_layer,
+                              final_capturable=family is not None and family.final_capturable,
+                              final_raises=family is not None and family.final_raises)
     if bad:
         reasons = "; ".join(f"index {i}: {why}" for i, why in bad)
         findings.append(_finding(
@@ -112,7 +125,7 @@ def capture_config_findings(obs: "CaptureConfigured", rules: VersionRules) -> Li
             layers_to_capture=list(obs.layers_to_capture), unreachable=[i for i, _ in bad],
             requested_ids=None if obs.requested_ids is None else list(obs.requested_ids),
             num_layers=obs.num_layers))
-    predicted, rule = apply_capture_rule(rules.capture_id_rule, obs.requested_ids, obs.num_layers)
+    predicted, rule = apply_capture_rule(rules.capture_id_rule, obs.requested_ids, obs.num_layers, family)
     if tuple(predicted) != tuple(obs.layers_to_capture):
         findings.append(_finding(
             CAPTURE_RULE_UNEXPECTED,

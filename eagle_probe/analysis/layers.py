@@ -2,34 +2,37 @@
 
 A capture index i means the residual stream entering decoder layer i, i.e. the output of layer
 i - 1, which is HuggingFace `output_hidden_states[i]`; index 0 is the embedding output. The last
-layer's output (HF index n) is never captured by SGLang's DeepSeek loop.
+layer's output (HF index n) is never captured by SGLang's DeepSeek loop; some families capture it
+(eagle_probe.families: Family.final_capturable). Every function here defaults to DeepSeek's behaviour and
+takes an optional `family` (a families.Family row) for the others.
 """
 
 from dataclasses import dataclass
 from typing import Optional, Sequence, Tuple
 
-from ..versions import DEFAULT_LAYERS, PLUS_ONE_ALWAYS, PLUS_ONE_IF_FIRST_IS_ONE
+from .. import families
+from ..versions import DEFAULT_LAYERS
 
 
-def default_layer_ids(num_layers: int) -> Tuple[int, ...]:
+def default_layer_ids(num_layers: int, family: Optional["families.Family"] = None) -> Tuple[int, ...]:
+    """SGLang's default positions (no ids configured): [2, n//2, n-3], or the family's own default."""
+    if family is not None:
+        return families.default_positions(family.rule, num_layers)
     return (2, num_layers // 2, num_layers - 3)
 
 
-def apply_capture_rule(rule: str, layer_ids: Optional[Sequence[int]], num_layers: int):
+def apply_capture_rule(rule: str, layer_ids: Optional[Sequence[int]], num_layers: int,
+                       family: Optional["families.Family"] = None):
     """Predict layers_to_capture from the ids passed to set_eagle3_layers_to_capture.
 
-    Returns (indices, rule actually applied).
+    `rule` is a capture-id rule (versions.RULES' for DeepSeek, or a families.RULE_*); a `family` row, when
+    given, decides instead. Returns (indices, rule actually applied).
     """
-    if layer_ids is None:
+    if family is not None:
+        rule = family.rule
+    if layer_ids is None and rule != families.RULE_PLUS_ONE_WITH_DEFAULT:
         return default_layer_ids(num_layers), DEFAULT_LAYERS
-    ids = tuple(int(i) for i in layer_ids)
-    if rule == PLUS_ONE_ALWAYS:
-        return tuple(i + 1 for i in ids), PLUS_ONE_ALWAYS
-    if rule == PLUS_ONE_IF_FIRST_IS_ONE:
-        if ids and ids[0] == 1:
-            return tuple(i + 1 for i in ids), PLUS_ONE_IF_FIRST_IS_ONE + ":applied"
-        return ids, PLUS_ONE_IF_FIRST_IS_ONE + ":not_applied"
-    raise ValueError(f"unknown capture-id rule {rule!r}")
+    return families.positions(rule, layer_ids, num_layers)
 
 
 def explain_mapping(layer_ids: Optional[Sequence[int]], result: Sequence[int], num_layers: int) -> str:
@@ -45,10 +48,12 @@ def explain_mapping(layer_ids: Optional[Sequence[int]], result: Sequence[int], n
     return "unknown"
 
 
-def capture_label(index: int, num_layers: Optional[int] = None) -> str:
+def capture_label(index: int, num_layers: Optional[int] = None, final_capturable: bool = False) -> str:
     """Human label of a capture index (= HF hidden_states index)."""
     if index < 0:
         return f"never captured (negative index {index})"
+    if num_layers is not None and index == num_layers and final_capturable:
+        return f"output of layer {index - 1} (the final layer, before the final norm)"
     if num_layers is not None and index >= num_layers:
         return f"never captured (index {index} >= {num_layers} layers)"
     if index == 0:
@@ -84,13 +89,20 @@ def split_layers(start_layer: int, end_layer: int, first_k_dense_replace: Option
 
 
 def unreachable_indices(indices: Sequence[int], num_layers: int, embedding_capturable: bool,
-                        start_layer: int = 0, end_layer: Optional[int] = None):
-    """Capture indices the loop can never capture, each with the reason."""
+                        start_layer: int = 0, end_layer: Optional[int] = None, final_capturable: bool = False,
+                        final_raises: bool = False):
+    """Capture indices the loop can never capture, each with the reason. `final_capturable`: the family captures
+    index n (the final layer's output) after its loop; `final_raises`: index n raises IndexError in the setter."""
     end_layer = num_layers if end_layer is None else end_layer
     out = []
     for index in indices:
         if index < 0:
             out.append((index, "negative index never matches a layer"))
+        elif index == num_layers and final_capturable and end_layer == num_layers:
+            continue
+        elif index == num_layers and final_raises:
+            out.append((index, f"index == number of layers ({num_layers}): this model's setter flags "
+                               f"self.layers[{index}] and raises IndexError at start-up"))
         elif index >= num_layers:
             out.append((index, f"index >= number of layers ({num_layers}); the last layer's output cannot be captured"))
         elif index == 0 and not embedding_capturable:

@@ -144,7 +144,8 @@ class Choice:
     runner_up: Optional[Candidate] = None  # the next likeliest reachable near-tie: what `best` was chosen over
 
 
-def choose(result: SearchResult, num_layers: int, rules: VersionRules, served: Optional[Wiring] = None) -> Choice:
+def choose(result: SearchResult, num_layers: int, rules: VersionRules, served: Optional[Wiring] = None,
+           family=None) -> Choice:
     """Near-ties are statistically indistinguishable by accuracy; among those the release can reach, the one under
     which the draft gives the target's tokens the highest mean log-probability is recommended: a draft is trained to
     maximise exactly that on its wiring, and every position's probability moves it, not only the positions where an
@@ -152,7 +153,7 @@ def choose(result: SearchResult, num_layers: int, rules: VersionRules, served: O
     ranked = result.ranked(prefer=served)
     top = ranked[0]
     ties = [c for c in ranked if c.overlaps(top)]
-    reach = {c.hf_indices: ids_for_capture(c.hf_indices, num_layers, rules) for c in ties}
+    reach = {c.hf_indices: ids_for_capture(c.hf_indices, num_layers, rules, family) for c in ties}
     reachable = [c for c in ties if reach[c.hf_indices][0] is not None]
     by_likelihood = sorted(reachable, key=lambda c: -c.likelihood_key)  # stable: rank order among equals
     best = by_likelihood[0] if reachable else top

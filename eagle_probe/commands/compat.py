@@ -6,7 +6,7 @@ integrations.ALL, integrations.base.resolve_target). Imports the target modules;
 import importlib
 import sys
 
-from .. import versions
+from .. import families, versions
 from ..runtime.install import off_summary
 
 
@@ -71,6 +71,8 @@ def compat_report(import_modules: bool = True, source_check: bool = False) -> di
         "off": off_summary(sglang_version) if sglang_version is not None else "all integrations (SGLang not installed)",
         "rules_range": versions.rules_range_text(rules),
         "rules": rules.as_dict(),
+        "families": families.table(parsed),
+        "untabled": dict(families.UNTABLED),
         "targets": [],
     }
     if sglang_version is None:
@@ -81,6 +83,11 @@ def compat_report(import_modules: bool = True, source_check: bool = False) -> di
 
         src = SourceTree.installed()
         result = check_tree(src, sglang_version) if src is not None else None
+        if result is not None:
+            from .contract.families import check_families, claims_for_release
+
+            result.checked += len(claims_for_release(sglang_version))
+            result.failures += check_families(src, sglang_version)
         report["source_check"] = None if result is None else {
             "claims": result.checked, "broken": [{"claim": c, "problem": p} for c, p in result.failures]}
     return report
@@ -109,6 +116,7 @@ def render(report: dict) -> str:
     for hook in rules["acceptance"]:
         lines.append(f"  acceptance [{hook['worker']} worker, {hook['when']}]: {hook['target']} -> {hook['read']} "
                      f"({'includes' if hook['includes_bonus'] else 'excludes'} the bonus token)")
+    lines += render_families(report)
     if report["targets"]:
         lines.append("integrations:")
         width = max(len(t["integration"]) for t in report["targets"])
@@ -123,6 +131,33 @@ def render(report: dict) -> str:
                      + ("all hold" if not check["broken"] else f"{len(check['broken'])} broken"))
         lines += [f"  BROKEN: {b['claim']}: {b['problem']}" for b in check["broken"]]
     return "\n".join(lines)
+
+
+def _yes(value: bool) -> str:
+    return "yes" if value else "no"
+
+
+def render_families(report: dict) -> list:
+    """The target-family table of the release: one line per family, then the classes with no row."""
+    rows = report.get("families") or []
+    lines = [f"target families ({len(rows)}; rule letters: A +1, B +1 only if ids[0] == 1, C as given if "
+             f"max(ids) == N else +1, D +1 also on the default; proven per release by the contract check):"]
+    header = ("family", "rule", "default", "captures", "emb", "final", "TBO", "PP guard", "since", "this row")
+    table = [header] + [(r["family"], f"{r['rule_letter']} {r['rule']}", r["default_ids"], r["captures"],
+                         _yes(r["embedding_capturable"]),
+                         "IndexError" if r["final_raises"] else _yes(r["final_capturable"]), r["tbo"],
+                         _yes(r["pp_guard"]), r["since"], r["releases"]) for r in rows]
+    widths = [max(len(str(row[i])) for row in table) for i in range(len(header))]
+    for row in table:
+        lines.append("  " + "  ".join(f"{str(v):<{w}}" for v, w in zip(row, widths)).rstrip())
+    for r in rows:
+        names = ", ".join(c.rpartition(".")[2] for c in r["classes"] + r["inherited"] + r["delegates"])
+        lines.append(f"  {r['family']}: {names} -> inner {r['inner']}" + (f" ({r['note']})" if r["note"] else ""))
+    untabled = report.get("untabled") or {}
+    if untabled:
+        lines.append("classes with set_eagle3_layers_to_capture and no row (observed, rule unverified): "
+                     + "; ".join(f"{k} ({v})" for k, v in sorted(untabled.items())))
+    return lines
 
 
 def exit_status(report: dict) -> int:

@@ -17,11 +17,12 @@ from ..analysis import layers
 from ..analysis.layers import TRAINED_LAYERS_HELP, capture_label
 from .json_files import read_json_object, shown as _shown
 from .output import emit, finding_line, fix_lines
+from . import target_family
+from .. import families
 from ..versions import (SUPPORTED_RANGE_TEXT, installed_sglang_version, is_supported, parse_version,
                        rules_for)
 
-NESTED_TEXT_KEYS = ("text_config", "language_config", "llm_config")
-TARGET_FAMILIES = ("deepseek", "kimi")
+NESTED_TEXT_KEYS = target_family.NESTED_TEXT_KEYS
 
 
 class DoctorInputError(Exception):
@@ -85,8 +86,13 @@ def _names(data: dict, file: str, what: str, prefix: str) -> List[str]:
     return value
 
 
-def parse_target(data: dict, file: str, need_fkdr: bool = False) -> Tuple[TargetSpec, List[str]]:
+def parse_target(data: dict, file: str, need_fkdr: bool = False,
+                 family=None) -> Tuple[TargetSpec, List[str]]:
+    """The target's shape from its config; `family` (a families.Family row) decides whether TBO needs
+    first_k_dense_replace (only families whose TBO split starts there)."""
     notes = []
+    if family is not None and family.tbo != families.TBO_FROM_FIRST_K_DENSE:
+        need_fkdr = False
     text, prefix = data, ""
     for key in NESTED_TEXT_KEYS:
         if data.get(key) is not None and not isinstance(data[key], dict):
@@ -101,13 +107,9 @@ def parse_target(data: dict, file: str, need_fkdr: bool = False) -> Tuple[Target
     num_layers = _int(text, "num_hidden_layers", file, "target", prefix)
     hidden = _int(text, "hidden_size", file, "target", prefix)
     fkdr = _int(text, "first_k_dense_replace", file, "target", prefix, required=need_fkdr, minimum=0)
-    if need_fkdr is False and fkdr is None:
+    if need_fkdr is False and fkdr is None and family is not None and family.tbo == families.TBO_FROM_FIRST_K_DENSE:
         notes.append(f"target: no '{prefix}first_k_dense_replace'; Two-Batch-Overlap effects not predicted")
-    family = " ".join([model_class, str(text.get("model_type", "")), str(data.get("model_type", ""))]).lower()
-    if not any(f in family for f in TARGET_FAMILIES):
-        notes.append(f"target: {model_class} is not a DeepSeek-V2/V3 or Kimi-K2.x model; the capture rules "
-                     f"here are DeepSeek's (most other SGLang models add 1 to every id)")
-    return TargetSpec(model_class, num_layers, hidden, fkdr), notes
+    return TargetSpec(model_class, num_layers, hidden, fkdr, family), notes
 
 
 def _ids(value, file: str, key: str) -> Optional[Tuple[int, ...]]:
@@ -208,9 +210,13 @@ def diagnose(target_path: str, draft_path: str, sglang_version: Optional[str] = 
 
     target_file, target_data = load_config_json(target_path, "target")
     draft_file, draft_data = load_config_json(draft_path, "draft")
-    target, tnotes = parse_target(target_data, target_file, need_fkdr=tbo)
+    resolved = target_family.resolve(target_data, version)
+    target, tnotes = parse_target(target_data, target_file, need_fkdr=tbo and resolved.served,
+                                  family=resolved.family)
     draft, dnotes = parse_draft(draft_data, draft_file)
-    notes += tnotes + dnotes
+    notes += tnotes + dnotes + ([resolved.note] if resolved.note else [])
+    if not resolved.served:
+        return _not_served(sglang_version, rules, target, target_file, draft, draft_file, resolved, notes)
     if pp_size > target.num_layers:
         raise DoctorInputError(f"--pp-size {pp_size}: more pipeline stages than the {target.num_layers} layers of "
                                f"the target ({target_file}: num_hidden_layers)")
@@ -219,28 +225,27 @@ def diagnose(target_path: str, draft_path: str, sglang_version: Optional[str] = 
                                f"{target.num_layers} (the target's num_hidden_layers)")
     launch = LaunchSpec(algorithm, cuda_graph, tbo, pp_size, partition)
     pred = predict(target, draft, rules, launch)
-    findings = config_findings(target, draft, rules, launch, trained, pred)
+    findings = ([resolved.finding] if resolved.finding else []) + config_findings(target, draft, rules, launch,
+                                                                                   trained, pred)
     from .draft_vocab import check_draft_vocab, render_vocab  # the d2t map: headers and d2t only
     vocab_findings, vocab_map, vocab_notes = check_draft_vocab(draft_path, draft_file, draft_data, target_file,
                                                                target_data, draft.model_class, DoctorInputError)
     findings, notes = findings + vocab_findings, notes + vocab_notes
     if trained is None and algorithm == EAGLE3:
         notes.append("no --trained-layers: layer_mismatch not checked (give the layers the draft was trained on)")
-    n = target.num_layers
+    n, final = target.num_layers, target.final_capturable
     paths = [{
         "path": p.name, "description": p.description,
         "requested_ids": None if p.requested_ids is None else list(p.requested_ids),
         "layers_to_capture": list(p.configured),
-        "captured": [{"capture_index": i, "hf_index": i, "label": capture_label(i, n)} for i in p.captured],
-        "lost": [{"capture_index": i, "label": capture_label(i, n)} for i in p.lost],
+        "captured": [{"capture_index": i, "hf_index": i, "label": capture_label(i, n, final)} for i in p.captured],
+        "lost": [{"capture_index": i, "label": capture_label(i, n, final)} for i in p.lost],
         "lost_reason": p.lost_reason or None,
         "aux_width": target.hidden_size if p.name == "all" else len(p.captured) * target.hidden_size,
     } for p in pred.paths]
     errors = sum(1 for f in findings if f.severity == ERROR)
     return {
-        "sglang_version": sglang_version, "rules": rules.describe(), "rules_verified": rules.verified,
-        "target": {"file": target_file, "model_class": target.model_class, "num_layers": n,
-                   "hidden_size": target.hidden_size, "first_k_dense_replace": target.first_k_dense_replace},
+        **_head(sglang_version, rules, target, target_file, resolved),
         "draft": {"file": draft_file, "model_class": draft.model_class, "hidden_size": draft.hidden_size,
                   "target_hidden_size": draft.target_hidden_size,
                   "eagle_aux_hidden_state_layer_ids": None if draft.layer_ids is None else list(draft.layer_ids),
@@ -250,7 +255,7 @@ def diagnose(target_path: str, draft_path: str, sglang_version: Optional[str] = 
         "launch": {"speculative_algorithm": algorithm, "cuda_graph": cuda_graph, "two_batch_overlap": tbo,
                    "pp_size": pp_size, "last_stage_layers": list(pred.stage_range)},
         "trained": None if trained is None else {"hf_indices": list(trained),
-                                                 "labels": [capture_label(i, n) for i in trained]},
+                                                 "labels": [capture_label(i, n, final) for i in trained]},
         "paths": paths,
         "fix": fix_for(target, rules, launch, trained) if trained is not None else None,
         "vocab_map": vocab_map, "vocab_line": render_vocab(vocab_map),
@@ -259,6 +264,33 @@ def diagnose(target_path: str, draft_path: str, sglang_version: Optional[str] = 
         "notes": notes,
         "exit_status": 1 if errors else 0,
     }
+
+
+def _head(sglang_version, rules, target: TargetSpec, target_file: str, resolved) -> dict:
+    """The release, rules and target part of the report; the capture rule is the target family's."""
+    row = resolved.family
+    return {"sglang_version": sglang_version, "rules": target_family.rules_text(rules, row),
+            "rules_verified": rules.verified,
+            "family": None if row is None else dict(row.as_dict(), verified=resolved.verified),
+            "target": {"file": target_file, "model_class": target.model_class, "num_layers": target.num_layers,
+                       "hidden_size": target.hidden_size, "first_k_dense_replace": target.first_k_dense_replace,
+                       "family": resolved.describe()}}
+
+
+def _not_served(sglang_version, rules, target, target_file, draft, draft_file, resolved, notes) -> dict:
+    """A target SGLang does not serve with EAGLE-3: one finding, no prediction."""
+    f = resolved.finding
+    return {**_head(sglang_version, rules, target, target_file, resolved),
+            "draft": {"file": draft_file, "model_class": draft.model_class, "hidden_size": draft.hidden_size,
+                      "target_hidden_size": draft.target_hidden_size,
+                      "eagle_aux_hidden_state_layer_ids": None if draft.layer_ids is None else list(draft.layer_ids),
+                      "num_aux_hidden_states": draft.num_aux_hidden_states,
+                      "use_aux_hidden_state": draft.use_aux_hidden_state, "sglang_num_aux": None,
+                      "fc_in_width": None},
+            "launch": None, "trained": None, "paths": [], "fix": None,
+            "findings": [{"code": f.code, "severity": f.severity, "message": f.message,
+                          "evidence": f.evidence_dict()}],
+            "notes": notes, "exit_status": 1}
 
 
 def _fmt_slots(slots) -> str:
@@ -272,12 +304,16 @@ def render_text(result: dict) -> str:
            + ("" if result["rules_verified"] else " [rules from the source map, not run here]"),
            f"target  {t['file']}: {t['model_class']}, {t['num_layers']} layers, hidden {t['hidden_size']}, "
            f"first_k_dense_replace {t['first_k_dense_replace']}",
-           f"draft   {d['file']}: {d['model_class']}, hidden {d['hidden_size']}, target_hidden_size "
-           f"{d['target_hidden_size']}, eagle_aux_hidden_state_layer_ids {d['eagle_aux_hidden_state_layer_ids']}, "
-           f"fc takes {d['sglang_num_aux']} x {d['target_hidden_size'] or d['hidden_size']} = {d['fc_in_width']}",
-           f"launch  --speculative-algorithm {la['speculative_algorithm']}, CUDA graphs "
-           f"{'on' if la['cuda_graph'] else 'off'}, two-batch-overlap {'on' if la['two_batch_overlap'] else 'off'}, "
-           f"pp {la['pp_size']}" + (f" (last stage layers {la['last_stage_layers']})" if la["pp_size"] > 1 else "")]
+           f"family  {t['family']}"]
+    if la is None:  # not an EAGLE-3 target: the finding says why, nothing is predicted
+        out += [finding_line(f) for f in result["findings"]] + [f"note: {n}" for n in result["notes"]]
+        return "\n".join(out + ["result: 1 error(s), 0 warning(s)"])
+    out += [f"draft   {d['file']}: {d['model_class']}, hidden {d['hidden_size']}, target_hidden_size "
+            f"{d['target_hidden_size']}, eagle_aux_hidden_state_layer_ids {d['eagle_aux_hidden_state_layer_ids']}, "
+            f"fc takes {d['sglang_num_aux']} x {d['target_hidden_size'] or d['hidden_size']} = {d['fc_in_width']}",
+            f"launch  --speculative-algorithm {la['speculative_algorithm']}, CUDA graphs "
+            f"{'on' if la['cuda_graph'] else 'off'}, two-batch-overlap {'on' if la['two_batch_overlap'] else 'off'}, "
+            f"pp {la['pp_size']}" + (f" (last stage layers {la['last_stage_layers']})" if la["pp_size"] > 1 else "")]
     if result.get("vocab_line"):
         out.append(result["vocab_line"])
     if result["trained"]:

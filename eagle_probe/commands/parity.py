@@ -3,8 +3,10 @@
 Matches served tokens (from the probe's dumps) to SpecForge training samples by input ids and positions, and
 compares, slot by slot, the served aux states with the training aux states of the same tokens: cosine and
 relative difference (1 - 2 sum(xy) / (sum(x^2) + sum(y^2))) per token, summarised. With all-layer dumps it also
-says which served HF index each training slot matches best. `--server URL -n N` first sends N training samples'
-input ids to a running server whose probe dumps every EXTEND forward into --dump.
+says which served HF index each training slot matches best, and the eagle_aux_hidden_state_layer_ids that make
+the target capture those, by the rule of the target's family (`--target DIR`: its config.json `architectures`;
+default: the class the dumps name). `--server URL -n N` first sends N training samples' input ids to a running
+server whose probe dumps every EXTEND forward into --dump.
 """
 
 import argparse
@@ -15,10 +17,13 @@ import urllib.error
 import urllib.request
 from typing import Dict, List, Optional
 
+from .. import versions
+from ..analysis.draft_rules import ids_for_capture
 from ..analysis.findings import aux_value_mismatch_finding
 from ..analysis.layers import capture_label
+from . import target_family
 from .dump_files import DumpError, read_dump_dir
-from .output import finding_line
+from .output import finding_line, fix_lines
 from .specforge_data import DataError, read_samples
 
 # Training features are prefill without CUDA graphs; served prefill may run other kernels or batch shapes: close,
@@ -35,6 +40,10 @@ def add_parser(subparsers):
     parser.add_argument("--dump", required=True, help="the probe's dump directory (EAGLE_PROBE_DUMP_DIR)")
     parser.add_argument("--server", help="URL of a running server to send training samples to first")
     parser.add_argument("-n", type=int, default=8, help="samples to send with --server (default 8)")
+    parser.add_argument("--target", help="target model directory (or its config.json): its architectures decide "
+                        "the family whose rule gives the ids to set (default: the model class the dumps name)")
+    parser.add_argument("--sglang-version", help="SGLang release whose rules give the ids to set (default: the "
+                        "dumps' release, else the installed one)")
     parser.add_argument("--format", choices=("text", "json"), default="text")
     parser.set_defaults(func=run)
     return parser
@@ -123,6 +132,25 @@ def findings(report: dict, num_layers: Optional[int]) -> list:
     return out
 
 
+def ids_to_set(report: dict, num_layers: int, release: Optional[str], resolved) -> Optional[dict]:
+    """The ids that make the target capture, slot by slot, the served HF indices the training slots match best
+    (all-layer dumps), by the family's rule; None when some slot has no best match."""
+    trained = [e["best_hf_index"] for e in report["slots"]]
+    if not trained or any(i is None for i in trained):
+        return None
+    version = versions.parse_version(release) if release else None
+    rules = versions.rules_for(version)
+    family = None if resolved is None else resolved.family
+    out = {"trained_hf": trained, "sglang_version": release, "ids": None, "impossible": None,
+           "family": None if resolved is None else resolved.describe()}
+    if resolved is not None and family is None:
+        out["impossible"] = resolved.finding.message if resolved.finding else "not an EAGLE-3 target"
+        return out
+    ids, why = ids_for_capture(trained, num_layers, rules, family)
+    out.update(ids=None if ids is None else list(ids), impossible=why or None)
+    return out
+
+
 def send_samples(url: str, samples, n: int, timeout: float = 120.0) -> int:
     """POST the first n samples' input ids to SGLang's /generate (one new token each); returns how many answered."""
     sent = 0
@@ -152,6 +180,11 @@ def render(report: dict, found: list) -> str:
         lines.append(f"  slot {e['slot']}{served} {verdict}{numbers}{best}")
     for finding in found:
         lines.append(finding_line(finding))
+    fix = report.get("ids_to_set")
+    if fix is not None:
+        lines.append(f"target family: {fix['family']}")
+        lines += fix_lines(f"to capture the trained layers HF {fix['trained_hf']} (SGLang {fix['sglang_version']})",
+                           fix["ids"], fix["impossible"], [])
     if not report["positions_matched"]:
         lines.append("no served tokens match a training sample: serve the samples' input ids (--server) with "
                      "--disable-radix-cache and EAGLE_PROBE_DUMP_EVERY=1")
@@ -175,6 +208,19 @@ def run(args) -> int:
         return 2
     report["skipped"] = [{"path": p, "why": w} for p, w in data.skipped + dumps.skipped]
     num_layers = dumps.dumps[0].num_layers
+    meta = dumps.dumps[0].meta
+    release = args.sglang_version or meta.get("sglang_version") or versions.installed_sglang_version()
+    version = versions.parse_version(release) if release else None
+    if args.target:
+        try:
+            resolved = target_family.resolve_directory(args.target, version)
+        except target_family.TargetConfigError as exc:
+            print(f"eagle-probe parity: --target {args.target}: {exc}", file=sys.stderr)
+            return 2
+    else:
+        model_class = meta.get("model_class")
+        resolved = target_family.resolve({"architectures": [model_class]} if model_class else {}, version)
+    report["ids_to_set"] = ids_to_set(report, num_layers, release, resolved)
     found = findings(report, num_layers)
     report["findings"] = [{"code": f.code, "severity": f.severity, "message": f.message,
                            "evidence": f.evidence_dict()} for f in found]

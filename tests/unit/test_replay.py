@@ -325,3 +325,21 @@ def test_search_needs_all_layer_dumps_and_bad_options(inputs, tmp_path, capsys):
          "--sglang-version")
     if not torch.cuda.is_available():
         _bad(capsys, ["--draft", draft, "--target", target, "--dump", dumps, "--device", "cuda"], "--device cuda")
+
+
+def test_replay_prints_the_ids_to_set_by_the_target_family(tmp_path, capsys):
+    # the same dumps under a Llama target: SGLang adds 1 to every id, so the ids to set are the HF indices - 1
+    draft, dumps = write_draft(tmp_path / "draft"), str(tmp_path / "dumps")
+    write_dump(tmp_path / "dumps")
+    llama = write_target(tmp_path / "llama")
+    with open(os.path.join(llama, "config.json"), "w") as handle:
+        json.dump({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": H,
+                   "vocab_size": VOCAB}, handle)
+    code, out, err = replay(capsys, "--draft", draft, "--target", llama, "--dump", dumps, "--search",
+                            "--sglang-version", "0.5.23", "--format", "json")
+    assert code == 0, err
+    report = json.loads(out)
+    best = report["best"]
+    assert "[llama]" in report["target"]["family"] and "plus_one_always" in report["rules"]
+    assert best["ids"] == [i - 1 for i in best["hf_indices"]]  # every index is reachable under Llama's rule
+    assert all(tie["ids"] == [i - 1 for i in tie["hf_indices"]] for tie in report["near_ties"])

@@ -13,6 +13,7 @@ from ...analysis.findings import trained_layers_inferred_finding
 from ...analysis.layers import capture_label
 from ...analysis.wiring_search import EXHAUSTIVE_LIMIT, Candidate, SearchResult, choose, count_wirings, search
 from ...versions import installed_sglang_version, parse_version, rules_for
+from .. import target_family
 from ..output import finding_line, fix_lines
 from .checkpoints import target_head_and_embedding
 from .draft import TorchDraft, load_torch_draft
@@ -100,6 +101,11 @@ def replay(draft_dir: str, target_dir: str, dump: str, do_search: bool = False, 
     rules = rules_for(version)
     embed, head, target_config, tnotes = target_head_and_embedding(target_dir)
     notes += tnotes
+    resolved = target_family.resolve(target_config, version)  # whose rule turns layers into ids to set
+    if resolved.finding is not None:
+        notes.append(f"target family: {resolved.finding.message}")
+    if resolved.note:
+        notes.append(resolved.note)
     draft = load_torch_draft(draft_dir, embed, head, draft_embedding, device)
     notes += list(draft.spec.notes) + draft.w.notes
     rows = read_dumps(dump, want_layers=do_search or bool(wirings))
@@ -135,15 +141,15 @@ def replay(draft_dir: str, target_dir: str, dump: str, do_search: bool = False, 
             known[wiring] = Candidate(wiring, *evaluator.evaluate([wiring])[0])
         known.setdefault(rows.served, served)
         result = SearchResult("given", known, len(known), 0, rows.served)
-    choice = choose(result, n_layers, rules, served=rows.served)
+    choice = choose(result, n_layers, rules, served=rows.served, family=resolved.family)
     runner_up = choice.runner_up
     margin = None
     if runner_up is not None and math.isfinite(runner_up.likelihood_key) \
             and all(i in rows.layers for i in choice.best.hf_indices + runner_up.hf_indices):
         margin = evaluator.likelihood_margin(choice.best.hf_indices, runner_up.hf_indices)
     within_noise = None if margin is None else margin[0] < 2 * margin[1]  # under two standard errors
-    fix = fix_for(TargetSpec(str(rows.meta.get("model_class") or "target"), n_layers, rows.hidden_size), rules,
-                  LaunchSpec(), choice.best.hf_indices)
+    fix = fix_for(TargetSpec(str(rows.meta.get("model_class") or "target"), n_layers, rows.hidden_size,
+                             family=resolved.family), rules, LaunchSpec(), choice.best.hf_indices)
     served_in_layers = result.candidates.get(rows.served)
     near_tie = any(c.hf_indices == rows.served for c in choice.near_ties)
     finding = trained_layers_inferred_finding(
@@ -160,7 +166,7 @@ def replay(draft_dir: str, target_dir: str, dump: str, do_search: bool = False, 
     per_wiring = evaluator.seconds / evaluator.evaluated if evaluator.evaluated else None
     ranked = result.ranked(prefer=rows.served)
     report = {
-        "sglang_version": version_text, "rules": rules.describe(),
+        "sglang_version": version_text, "rules": target_family.rules_text(rules, resolved.family),
         "device": str(device),
         "draft": {"directory": draft_dir, "hidden_size": s.hidden_size, "target_hidden_size": s.target_hidden_size,
                   "num_aux": s.num_aux, "fc_in": s.fc_in, "layers": s.num_layers, "norm_before_fc": s.norm_before_fc,
@@ -170,7 +176,7 @@ def replay(draft_dir: str, target_dir: str, dump: str, do_search: bool = False, 
                   "vocab_rows": vocab_rows, "d2t": draft.w.d2t is not None,
                   "eagle_aux_hidden_state_layer_ids": None if s.layer_ids is None else list(s.layer_ids)},
         "target": {"directory": target_dir, "vocab": int(head.shape[0]), "hidden_size": int(head.shape[1]),
-                   "model_type": target_config.get("model_type")},
+                   "model_type": target_config.get("model_type"), "family": resolved.describe()},
         "dumps": {"path": dump, "files": len(rows.files), "duplicates": len(rows.duplicates),
                   "requests": rows.requests, "rows": rows.dumped_rows, "positions": rows.rows,
                   "num_layers": n_layers, "layer_indices": rows.layer_indices,

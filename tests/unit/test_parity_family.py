@@ -1,0 +1,79 @@
+"""`eagle-probe parity` prints the ids to set by the rule of the target's family (synthetic SpecForge samples and
+all-layer dumps; the comparison itself is proven on SGLang's real classes in tests/real_sglang/test_parity.py)."""
+
+import json
+import os
+
+import torch
+from safetensors.torch import save_file
+
+from eagle_probe.commands.cli import main
+
+H, LAYERS, SEQ = 16, 8, 6
+TRAINED = (3, 5, 6)  # HF indices the training data's slots hold
+SERVED = (2, 4, 5)  # what the server captured
+
+
+def write_inputs(tmp_path, model_class="LlamaForCausalLM"):
+    g = torch.Generator().manual_seed(0)
+    states = {i: torch.randn(SEQ, H, generator=g) for i in range(LAYERS + 1)}
+    ids = torch.arange(10, 10 + SEQ)
+    data = tmp_path / "data"
+    data.mkdir()
+    torch.save({"input_ids": ids, "loss_mask": torch.ones(SEQ), "hidden_state": states[LAYERS][None],
+                "aux_hidden_state": torch.cat([states[i] for i in TRAINED], -1)[None]}, data / "s0.ckpt")
+    dumps = tmp_path / "dumps"
+    dumps.mkdir()
+    tensors = {"aux_hidden_states": torch.cat([states[i] for i in SERVED], -1),
+               "final_hidden_state": states[LAYERS], "input_ids": ids, "positions": torch.arange(SEQ),
+               "extend_seq_lens": torch.tensor([SEQ]), "extend_prefix_lens": torch.tensor([0]),
+               **{f"hidden_states.{i}": states[i] for i in range(LAYERS)}}
+    meta = {"format_version": 1, "hf_indices": list(SERVED), "capture_indices": list(SERVED), "num_layers": LAYERS,
+            "hidden_size": H, "sglang_version": "0.5.23", "model_class": model_class, "step": 1, "tp_rank": 0,
+            "dp_rank": 0, "pp_rank": 0}
+    save_file(tensors, os.path.join(dumps, "eagle-probe-dump-host-tp0-1-a.safetensors"),
+              metadata={"eagle_probe.format": "1", "eagle_probe.meta": json.dumps(meta)})
+    return str(data), str(dumps)
+
+
+def write_target(tmp_path, arch):
+    d = tmp_path / "target"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({"architectures": [arch], "num_hidden_layers": LAYERS}))
+    return str(d)
+
+
+def parity(capsys, *args):
+    code = main(["parity", *args, "--format", "json"])
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err
+    return code, (json.loads(out) if out.strip() else None), err
+
+
+def test_ids_to_set_for_a_llama_target(tmp_path, capsys):
+    data, dumps = write_inputs(tmp_path)
+    code, report, _ = parity(capsys, "--data", data, "--dump", dumps, "--target", write_target(tmp_path,
+                                                                                               "LlamaForCausalLM"))
+    assert code == 0
+    assert [s["best_hf_index"] for s in report["slots"]] == list(TRAINED)
+    fix = report["ids_to_set"]
+    assert fix["trained_hf"] == list(TRAINED) and fix["ids"] == [2, 4, 5] and "[llama]" in fix["family"]
+
+
+def test_family_from_the_dumps_and_text_output(tmp_path, capsys):
+    data, dumps = write_inputs(tmp_path, model_class="DeepseekV3ForCausalLM")
+    code, report, _ = parity(capsys, "--data", data, "--dump", dumps)
+    assert report["ids_to_set"]["ids"] == list(TRAINED)  # DeepSeek on 0.5.23: as given (the first is not 1)
+    gpt_oss = write_target(tmp_path, "GptOssForCausalLM")
+    assert main(["parity", "--data", data, "--dump", dumps, "--target", gpt_oss]) == 0
+    out = capsys.readouterr().out
+    assert "target family: GPT-OSS" in out and "eagle_aux_hidden_state_layer_ids = [2, 4, 5]" in out
+
+
+def test_unserved_target_and_bad_target(tmp_path, capsys):
+    data, dumps = write_inputs(tmp_path)
+    code, report, _ = parity(capsys, "--data", data, "--dump", dumps, "--target", write_target(tmp_path,
+                                                                                               "OPTForCausalLM"))
+    assert report["ids_to_set"]["ids"] is None and "OPTForCausalLM" in report["ids_to_set"]["impossible"]
+    code, _, err = parity(capsys, "--data", data, "--dump", dumps, "--target", str(tmp_path / "missing"))
+    assert code == 2 and "missing" in err
