@@ -46,6 +46,9 @@ RANKS_RUNTIME_CONTEXT = "runtime_context"  # sglang.srt.runtime_context.get_para
 V1_WORKER = "v1"  # EAGLEWorker (no overlap)
 V2_WORKER = "v2"  # EAGLEWorkerV2 (overlap scheduler)
 SPEC_V2_ENV = "SGLANG_ENABLE_SPEC_V2"
+# Where a request is retracted: the one function that sets Req.is_retracted = True in every supported release.
+REQ_MODULE = "sglang.srt.managers.schedule_batch"
+RETRACT_HOOK = "Req.reset_for_retract"
 
 
 def parse_version(text: str) -> Optional[Version]:

@@ -174,3 +174,25 @@ def assigns_result_field(field):
                 return None if has_sub else f"result.{field} = {ast.unparse(n.value)} subtracts nothing (bonus kept?)"
         return f"never assigns result.{field}"
     return test
+
+
+def retraction_sites_problem(src, module: str, qualname: str):
+    """None when every `X.is_retracted = True` in sglang.srt is inside `module.qualname`, else where the others are."""
+    method = qualname.rpartition(".")[2]
+    found, elsewhere = False, []
+    for name in src.modules("sglang.srt"):
+        if "is_retracted" not in (src.text(name) or ""):  # parse only the modules that name it
+            continue
+        tree = src.tree(name)
+        for func in (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
+            for node in ast.walk(func):
+                if (isinstance(node, ast.Assign) and any(isinstance(t, ast.Attribute) and t.attr == "is_retracted"
+                                                         for t in node.targets)
+                        and isinstance(node.value, ast.Constant) and node.value.value is True):
+                    if name == module and func.name == method:
+                        found = True
+                    else:
+                        elsewhere.append(f"{name}.{func.name}")
+    if not found:
+        return f"{qualname} does not set is_retracted = True"
+    return f"also set in {sorted(set(elsewhere))}" if elsewhere else None

@@ -12,7 +12,7 @@ from ...versions import RANKS_RUNTIME_CONTEXT, V1_WORKER, VersionRules
 from .claims import Claim, absent, body_check, dataclass_field, defines, env_default, module_mentions, sets_attributes
 from .rule_checks import (assigns_result_field, aux_list_test, aux_packed_test, calls_name, capture_rule_test,
                           default_ids_test, embedding_capturable_test, embedding_not_capturable_test,
-                          graph_setup_calls_defaults, no_default_setter_calls, takes_param)
+                          graph_setup_calls_defaults, no_default_setter_calls, retraction_sites_problem, takes_param)
 
 DS = versions.DEEPSEEK_V2
 FORWARD_BATCH = "sglang.srt.model_executor.forward_batch_info"
@@ -24,6 +24,7 @@ EXPECTED_PARAMS: Dict[str, Tuple[str, ...]] = {
     f"{DS}.DeepseekV2ForCausalLM.set_eagle3_layers_to_capture": ("layer_ids",),
     f"{DS}.DeepseekV2Model.forward": ("input_ids", "positions", "forward_batch"),
     f"{MODEL_RUNNER}.ModelRunner.load_model": (),
+    f"{versions.REQ_MODULE}.{versions.RETRACT_HOOK}": (),
     "sglang.srt.models.llama_eagle3.LlamaModel.forward": ("input_ids", "positions", "forward_batch", "input_embeds"),
     "sglang.srt.models.llama_eagle3.LlamaForCausalLMEagle3.load_weights": ("weights",),
     "sglang.srt.models.kimi_k25_eagle3.Eagle3MLAModel.forward": ("input_ids", "positions", "forward_batch",
@@ -46,6 +47,9 @@ ATTRIBUTES_READ: Tuple[Claim, ...] = (
     defines("sglang.srt.distributed.parallel_state", "get_tensor_model_parallel_rank"),
     defines("sglang.srt.distributed.parallel_state", "get_tensor_model_parallel_world_size"),
     defines("sglang.srt.distributed.parallel_state", "get_pp_group"),
+    Claim(f"{versions.REQ_MODULE}.{versions.RETRACT_HOOK} is the only place that sets is_retracted = True (the "
+          "probe counts retractions there)", lambda src: retraction_sites_problem(src, versions.REQ_MODULE,
+                                                                                  versions.RETRACT_HOOK)),
 )
 
 _SETTER = "DeepseekV2ForCausalLM.set_eagle3_layers_to_capture"

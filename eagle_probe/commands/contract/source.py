@@ -62,7 +62,7 @@ class SourceTree:
     def text(self, module: str) -> Optional[str]:
         if module not in self._texts:
             path = self._path(module)
-            self._texts[module] = None if path is None else self._read(path).decode("utf-8", "replace")
+            self._texts[module] = None if path is None else self._read(path).decode("utf-8-sig", "replace")
         return self._texts[module]
 
     def tree(self, module: str) -> Optional[ast.Module]:

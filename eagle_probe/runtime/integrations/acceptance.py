@@ -25,11 +25,15 @@ _finished_reason = attrgetter("finished_reason")  # Req.finished() is `finished_
 
 _fields = {}  # dotted target -> field name for the installed release (resolved once)
 _positions = []  # [draft positions]: a server's speculative steps never change, read once
+# Retractions seen in this process. Until the first, no request can be retracted (Req.reset_for_retract is the one
+# place SGLang sets is_retracted, proven per release by the contract check), so that pass over the batch is skipped.
+_retractions = [0]
 
 
 def reset() -> None:
     _fields.clear()
     _positions.clear()
+    _retractions[0] = 0
 
 
 def _field(target: str) -> str:
@@ -58,10 +62,17 @@ def _draft_positions(instance, result=None) -> int:
 def _live(counts, reqs):
     """Counts of the requests still running: with the overlap scheduler a request that finished (or was
     retracted) in the previous step rides one more verify step whose tokens SGLang discards. The common case
-    (none finished) is decided by two passes in C that build nothing (a finish reason is a true object)."""
-    if not any(map(_finished_reason, reqs)) and not any(map(_is_retracted, reqs)):
+    (none finished) is decided by one pass in C that builds nothing (a finish reason is a true object), and a
+    second for retracted requests once a retraction was seen."""
+    if not any(map(_finished_reason, reqs)) and not (_retractions[0] and any(map(_is_retracted, reqs))):
         return counts
     return [n for n, req in zip(counts, reqs) if not (req.is_retracted or req.finished())]
+
+
+def retraction_wrapper(wrapped, instance, args, kwargs):
+    result = wrapped(*args, **kwargs)
+    _retractions[0] += 1
+    return result
 
 
 def _record(accepted, positions, source):
@@ -109,8 +120,10 @@ def _target(module: str, qualname: str, worker: str) -> PatchTarget:
     return PatchTarget(module, qualname, make_wrapper(f"{module}.{qualname}", site), observes=off)
 
 
-INTEGRATION = Integration("acceptance", tuple(_target(*hook) for hook in versions.acceptance_targets()),
-                          reset=reset)
+INTEGRATION = Integration("acceptance", tuple(_target(*hook) for hook in versions.acceptance_targets()) + (
+    PatchTarget(versions.REQ_MODULE, versions.RETRACT_HOOK, retraction_wrapper,
+                observes="retractions (a retracted request's verify step is not counted, as in SGLang's own counts)"),
+), reset=reset)
 
 
 def wrapper_for(qualname: str):
