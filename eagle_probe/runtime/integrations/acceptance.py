@@ -120,10 +120,12 @@ def _target(module: str, qualname: str, worker: str) -> PatchTarget:
     return PatchTarget(module, qualname, make_wrapper(f"{module}.{qualname}", site), observes=off)
 
 
-INTEGRATION = Integration("acceptance", tuple(_target(*hook) for hook in versions.acceptance_targets()) + (
+INTEGRATION = Integration("acceptance", tuple(_target(*hook) for hook in versions.acceptance_targets()),
+                          reset=reset)
+RETRACTION_INTEGRATION = Integration("retraction", (
     PatchTarget(versions.REQ_MODULE, versions.RETRACT_HOOK, retraction_wrapper,
                 observes="retractions (a retracted request's verify step is not counted, as in SGLang's own counts)"),
-), reset=reset)
+))
 
 
 def wrapper_for(qualname: str):
