@@ -99,6 +99,9 @@ class DraftLoaded:
     lm_head_in_checkpoint: bool
     embed_rel_diff: Optional[float] = None  # the checkpoint's embed_tokens against the target's (None: not compared)
     embed_compare: str = ""  # how it was compared, or why not
+    target_vocab_size: Optional[int] = None  # the config's vocab_size: the target's vocabulary the draft serves
+    d2t_size: Optional[int] = None  # entries of the checkpoint's d2t map (None: the checkpoint has none)
+    d2t_problems: Optional[dict] = None  # analysis.vocab_map.map_problems of that map (None: not computed)
 
 
 class DraftForward(NamedTuple):

@@ -8,6 +8,7 @@ it, Kimi-K2.5's MLA draft; and LlamaForCausalLMEagle3.load_weights (which drops 
 import weakref
 
 from ...analysis.draft_weights import unconsumed_weights
+from ...analysis.vocab_map import map_problems
 from ...observations import DraftForward, DraftLoaded
 from ..state import STATE
 from ..patcher import Integration, PatchTarget
@@ -145,6 +146,8 @@ def _tap_names(weights, names, kept):
         names.append(item[0])
         if item[0].endswith("embed_tokens.weight"):
             kept["embed"] = item[1]
+        elif "d2t" in item[0]:  # the vocabulary map, as SGLang takes it (any name containing d2t)
+            kept["d2t"] = item[1]
         yield item
 
 
@@ -161,6 +164,11 @@ def _observe_loaded(instance, names, kept):
             embed_rel_diff, embed_compare = compare_with_target(kept.pop("embed"))
         except Exception as exc:  # an unreadable target file: say so, never fail the load
             embed_compare = f"not compared: {type(exc).__name__}: {exc}"[:300]
+    draft_vocab, target_vocab = getattr(config, "draft_vocab_size", None), getattr(config, "vocab_size", None)
+    d2t = kept.pop("d2t", None)
+    problems = None
+    if d2t is not None and not d2t.is_cuda and isinstance(target_vocab, int):  # a CPU copy: no device sync
+        problems = map_problems(d2t.tolist(), draft_vocab, target_vocab)
     STATE.recorder.draft_loaded(DraftLoaded(
         model_class=type(instance).__name__,
         eagle_layer_ids=None if ids is None else tuple(int(i) for i in ids),
@@ -173,13 +181,14 @@ def _observe_loaded(instance, names, kept):
         norm_before_fc=getattr(inner, "input_norm", None) is not None,
         fc_norm=getattr(inner, "fc_norm", None) is not None,
         norm_output=bool(getattr(inner, "norm_output", False)),
-        draft_vocab_size=getattr(config, "draft_vocab_size", None),
+        draft_vocab_size=draft_vocab,
         lm_head_from_target=bool(getattr(instance, "load_lm_head_from_target", False)),
         checkpoint_tensors=len(names),
         dropped=dropped, ignored=ignored,
         embed_in_checkpoint=any(n.endswith("embed_tokens.weight") for n in names),
         lm_head_in_checkpoint=any(n.endswith("lm_head.weight") for n in names),
         embed_rel_diff=embed_rel_diff, embed_compare=embed_compare,
+        target_vocab_size=target_vocab, d2t_size=None if d2t is None else int(d2t.numel()), d2t_problems=problems,
     ))
 
 

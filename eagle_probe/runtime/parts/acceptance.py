@@ -1,6 +1,7 @@
 """Per-step acceptance: counted per verify step (the hot path), sent to the series at a flush, written as one
 eagle_probe.acceptance event per summary interval with the collapse judgement on that window."""
 
+from ...analysis.acceptance import expected_per_position_rate
 from ...events import ACCEPTANCE
 from ..acceptance_monitor import AcceptanceMonitor, counts_since
 from .base import Part
@@ -37,7 +38,10 @@ class Acceptance(Part):
         fields["read_at"] = monitor.source
         expected = monitor.expected_length(window)
         if expected is not None:
-            fields.update(expected_mean_accept_length=expected, observed_over_expected=window.mean_length() / expected)
+            accuracy = self.config.draft_accuracy
+            fields.update(expected_mean_accept_length=expected, observed_over_expected=window.mean_length() / expected,
+                          draft_accuracy=list(accuracy) if isinstance(accuracy, tuple) else [accuracy],
+                          expected_per_position_rate=expected_per_position_rate(accuracy, window.positions))
         total = monitor.total().as_fields()
         fields["total"] = {k: total[k] for k in
                            ("steps", "drafts", "accepted_tokens", "mean_accept_length", "per_position_rate")}

@@ -4,6 +4,7 @@ its config names against what the target captured (and the trained layers, when 
 from ...analysis import draft_rules
 from ...analysis import findings as rules_mod
 from ...analysis.layers import apply_capture_rule, parse_trained_layers
+from ...analysis.vocab_map import load_findings
 from ...events import DRAFT_FORWARD, DRAFT_LOADED
 from .base import Part
 
@@ -38,6 +39,9 @@ class DraftFacts(Part):
         replaced = rules_mod.draft_replaced_finding(obs)
         if replaced is not None:
             self.out.finding(replaced, "draft")
+        for finding in load_findings(obs.model_class, obs.draft_vocab_size, obs.target_vocab_size, obs.d2t_size,
+                                     obs.d2t_problems):
+            self.out.finding(finding, "draft")
         self._check_layers()
 
     def draft_forward(self, obs):
