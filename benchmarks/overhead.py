@@ -22,7 +22,9 @@ Reference (issue 17), measured in the same run: one call through a wrapt pass-th
 one dict increment (timeit, best of 7 x 200 000; the bare call is printed beside it for context). Every probe figure
 is printed in us and as a multiple of the reference, beside its budget (BUDGETS: multiples, held on any machine)
 and PASS or OVER. --json adds the reference, the multiples, the budgets and the names over budget; --check exits 1
-when any figure is over its budget.
+when any figure is over its budget. For context only (no budget): the same reference call timed in situ, at the two
+spots where the probe's in-situ steps run (`in_situ_reference_us`), and the in-situ figure as a multiple of it: the
+warm reference does not scale the cost of cold caches, which depends on the machine's memory more than its CPU.
 """
 
 import argparse
@@ -57,9 +59,8 @@ BUDGETS = {
 REFERENCE_NUMBER, REFERENCE_REPEAT = 200_000, 7
 
 
-def reference_us():
-    """(reference, bare call) in us: one call through a wrapt pass-through decorator whose wrapper does one dict
-    increment, and a bare call of the same empty function; timeit, best of REFERENCE_REPEAT x REFERENCE_NUMBER."""
+def reference_call():
+    """The reference: an empty function behind a wrapt pass-through decorator whose wrapper does one dict increment."""
     import wrapt
 
     counts = {}
@@ -73,7 +74,13 @@ def reference_us():
     def empty():
         return None
 
-    wrapped = pass_through(empty)
+    return pass_through(empty), empty
+
+
+def reference_us():
+    """(reference, bare call) in us: one call through a wrapt pass-through decorator whose wrapper does one dict
+    increment, and a bare call of the same empty function; timeit, best of REFERENCE_REPEAT x REFERENCE_NUMBER."""
+    wrapped, empty = reference_call()
 
     def best(call):
         return min(timeit.repeat(call, number=REFERENCE_NUMBER, repeat=REFERENCE_REPEAT)) / REFERENCE_NUMBER * 1e6
@@ -171,6 +178,37 @@ def probe_work_in_situ(runner, batch, n):
         wrappers._before_forward, wrappers._after_forward = before, after
     base = statistics.median(baseline)
     return statistics.median(spent) - 2 * base, base
+
+
+def reference_in_situ(runner, batch, n):
+    """The reference timed where the probe's in-situ steps run (before and after each real forward, with the caches
+    the forward left), minus the same empty timed calls: what the simplest wrapper costs at the same two spots."""
+    from eagle_probe.runtime.integrations import deepseek_v2 as wrappers
+
+    before, after = wrappers._before_forward, wrappers._after_forward
+    reference, empty = reference_call()
+    spent, baseline = [], []
+
+    def timed_before(*args):
+        start = time.perf_counter_ns()
+        reference()
+        spent.append(time.perf_counter_ns() - start)
+        return ()
+
+    def timed_after(*args):
+        start = time.perf_counter_ns()
+        reference()
+        spent[-1] += time.perf_counter_ns() - start
+        start = time.perf_counter_ns()
+        empty()
+        baseline.append(time.perf_counter_ns() - start)
+
+    wrappers._before_forward, wrappers._after_forward = timed_before, timed_after
+    try:
+        time_block(runner, batch, n)
+    finally:
+        wrappers._before_forward, wrappers._after_forward = before, after
+    return statistics.median(spent) - 2 * statistics.median(baseline)
 
 
 def paired_median_ns(call_bare, call_probed, n):
@@ -293,7 +331,7 @@ def main():
     log_dir = tempfile.mkdtemp(prefix="eagle-probe-bench-")
     probe_env = {"EAGLE_PROBE_LOG_DIR": log_dir}  # default settings otherwise
     figures = {"target_forward_hot_us": {}, "target_forward_in_situ_us": {}, "target_forward_added_us": {},
-               "target_forward_ratio": {}, "verify_step_us": {}}
+               "target_forward_ratio": {}, "verify_step_us": {}, "in_situ_reference_us": {}}
 
     reference, bare = reference_us()
     figures["reference_us"], figures["bare_call_us"] = round(reference, 3), round(bare, 3)
@@ -319,6 +357,7 @@ def main():
         eagle_probe.install(env=probe_env)
         work_us = probe_work(model.model, batch, result, 2000) / 1000
         situ, base = probe_work_in_situ(runner, batch, 100)
+        situ_reference = reference_in_situ(runner, batch, 100)
         eagle_probe.uninstall()
         without = statistics.median(samples[False]) / 1000
         with_ = statistics.median(samples[True]) / 1000
@@ -326,6 +365,7 @@ def main():
               f"{work_us:>14.2f}{situ / 1000:>12.2f}{base / 1000:>15.2f}")
         figures["target_forward_hot_us"][mode] = round(work_us, 2)
         figures["target_forward_in_situ_us"][mode] = round(situ / 1000, 2)
+        figures["in_situ_reference_us"][mode] = round(situ_reference / 1000, 2)
         figures["target_forward_added_us"][mode] = round(with_ - without, 1)
         figures["target_forward_ratio"][mode] = round(with_ / without, 4)
     eagle_probe.install(env=probe_env)
@@ -382,6 +422,11 @@ def print_budgets(figures, reference):
             multiples.setdefault(name, {})[key] = round(multiple, 2)
         if verdict == "OVER":
             over.append(name if key is None else f"{name}:{key}")
+    for mode, us in figures.get("in_situ_reference_us", {}).items():
+        situ = figures["target_forward_in_situ_us"][mode]
+        print(f"in situ {mode:<14} {situ:.2f} us = {situ / us:.2f}x the reference timed in situ ({us:.2f} us; "
+              f"context, no budget)")
+        multiples.setdefault("target_forward_in_situ_over_in_situ_reference", {})[mode] = round(situ / us, 2)
     figures["multiples"] = multiples
     figures["budgets_x"] = dict(BUDGETS)
     figures["over_budget"] = over
