@@ -14,7 +14,7 @@ class Periodic:
         self.clock = clock
         self.interval = summary_interval_s
         self.next_tick = clock() + summary_interval_s
-        self.hot_ticks = True  # the hot path checks the clock only while no flush thread does
+        self.hot_ticks = True  # the hot path checks the clock unless a flush thread ticks at least as often
         self.parts = ()
         self._flush_lock = threading.Lock()
         self._tick_lock = threading.Lock()
@@ -23,7 +23,7 @@ class Periodic:
     def start_thread(self, owner, flush_interval_s: float):
         if flush_interval_s > 0:
             self._flusher = PeriodicFlusher(owner, flush_interval_s).start()
-            self.hot_ticks = False
+            self.hot_ticks = flush_interval_s > self.interval
 
     def flush_metrics(self):
         """Every part's counts since its last flush into the series (thread-safe)."""
