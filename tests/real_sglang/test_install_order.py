@@ -16,6 +16,7 @@ assert eagle_probe.install(env={})
 assert eagle_probe.patched_targets() == [], "nothing is patched before SGLang is imported"
 from sglang_cpu import shims; shims.apply()
 import sglang.srt.models.deepseek_v2 as ds
+import sglang.srt.models.llama_eagle3  # the draft's module, as a speculative server imports it
 import sglang.srt.model_executor.model_runner as mr
 print(json.dumps({"targets": eagle_probe.patched_targets(),
                   "forward_wrapped": hasattr(ds.DeepseekV2Model.__dict__["forward"], "__wrapped__"),
@@ -32,6 +33,7 @@ def test_install_before_and_after_import_patch_the_same_targets():
     import sglang_cpu.runtime  # noqa: F401  (shims, then SGLang)
     import sglang.srt.model_executor.model_runner  # noqa: F401
     import sglang.srt.models.deepseek_v2 as ds
+    import sglang.srt.models.llama_eagle3  # noqa: F401  (imported by earlier tests or not: the same either way)
 
     eagle_probe.uninstall()
     assert eagle_probe.install(env={})
