@@ -41,7 +41,7 @@ from sglang_cpu import shims  # noqa: E402
 shims.apply()
 
 import eagle_probe  # noqa: E402
-from eagle_probe.runtime.integrations.deepseek_v2 import model_forward_wrapper  # noqa: E402
+from eagle_probe.runtime.integrations.target_forward import model_forward_wrapper  # noqa: E402
 
 VERIFY_BATCHES = (1, 16, 64, 128)
 
@@ -142,7 +142,7 @@ def probe_work(inner, batch, result, n):
 
 def probe_work_in_situ(runner, batch, n):
     """Time the wrapper's before/after steps inside real forwards (the wrapper looks them up at call time)."""
-    from eagle_probe.runtime.integrations import deepseek_v2 as wrappers
+    from eagle_probe.runtime.integrations import target_forward as wrappers
 
     before, after = wrappers._before_forward, wrappers._after_forward
     spent, baseline = [], []

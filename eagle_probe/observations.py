@@ -35,6 +35,9 @@ class CaptureConfigured:
     is_last_pp_stage: bool
     caller: str  # qualified name of the SGLang function that made the call
     during_graph_setup: bool
+    family: Optional[str] = None  # families.py row name; None: no row names the class (rule unverified)
+    family_rule: Optional[str] = None  # the row's rule, or "unverified"; None: not known (offline predictions)
+    rule_applied: Optional[str] = None  # the rule as applied to these ids (families.positions)
 
 
 class TargetForward(NamedTuple):

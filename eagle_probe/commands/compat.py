@@ -77,7 +77,8 @@ def compat_report(import_modules: bool = True, source_check: bool = False) -> di
     }
     if sglang_version is None:
         return report
-    report["targets"] = [_target_status(i, t, rules, supported, import_modules) for i in ALL for t in i.targets]
+    report["targets"] = [_target_status(i, t, rules, supported, import_modules) for i in ALL
+                         for t in i.targets + (i.expand(parsed) if i.expand is not None else ())]
     if source_check:
         from .contract import SourceTree, check_tree
 

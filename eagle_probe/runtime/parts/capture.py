@@ -68,7 +68,8 @@ class CaptureLayers(Part):
                    for slot, index in enumerate(obs.layers_to_capture)],
             num_layers=obs.num_layers, first_k_dense_replace=obs.first_k_dense_replace,
             layer_range=[obs.start_layer, obs.end_layer], is_last_pp_stage=obs.is_last_pp_stage,
-            caller=obs.caller, during_graph_setup=obs.during_graph_setup)
+            caller=obs.caller, during_graph_setup=obs.during_graph_setup, family=obs.family,
+            family_rule=obs.family_rule, rule_applied=obs.rule_applied)
 
     def _log_forward(self, obs):
         self.out.emit(
