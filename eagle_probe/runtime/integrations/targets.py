@@ -39,7 +39,10 @@ def _owner(cls, attr):
 
 
 def _row_of(cls):
-    return families.family_for_class_names([c.__name__ for c in cls.__mro__], _version())
+    """The family row of the class that defines the setter `cls` uses (a subclass that overrides it is its own,
+    untabled, class: never the row of its base)."""
+    owner = _owner(cls, SETTER) or cls
+    return families.family_for_architecture(owner.__name__, _version())
 
 
 def discover_class(cls) -> None:
