@@ -65,8 +65,10 @@ def test_captures_widths_and_fingerprints_equal_transformers_at_the_family_rule(
     row = families.family_for_architecture(class_name, versions.parse_version("0.5.23"))
     assert row is not None and row.name == name
     assert list(families.ids_to_positions(row, ids, layers)) == expected  # the table's prediction
-    wrapped = eagle_probe.patched_targets()  # the family's inner forward, found from the table row
-    assert f"sglang.srt.models.{row.inner}.forward" in wrapped
+    # the family's inner forward (found from the table row) is wrapped once, on the class that defines it
+    owner = next(k for k in type(model.model).__mro__ if "forward" in vars(k))
+    assert f"sglang.srt.models.{row.inner}" == f"{type(model.model).__module__}.{type(model.model).__name__}"
+    assert f"{owner.__module__}.{owner.__qualname__}.forward" in eagle_probe.patched_targets()
     clear_capture(model)
     model.set_eagle3_layers_to_capture(ids)
     try:
@@ -82,6 +84,8 @@ def test_captures_widths_and_fingerprints_equal_transformers_at_the_family_rule(
     assert configured["rule_applied"] == families.RULE_PLUS_ONE
     assert [s["capture_index"] for s in configured["slots"]] == expected
 
+    from eagle_probe.runtime.state import STATE
+    assert sum(STATE.recorder.counts.forwards.values()) == 1  # one forward, observed once (wrapped once)
     [forward] = [e for e in events(probed, "eagle_probe.target.forward") if e["mode"] == "EXTEND"]
     assert forward["model_class"] == type(model.model).__name__ and forward["layers_to_capture"] == expected
     assert forward["aux_returned"] == 3 and forward["slot_widths"] == [hidden] * 3 and forward["error"] is None

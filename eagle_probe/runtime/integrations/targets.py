@@ -73,7 +73,12 @@ def _apply_rows(module) -> None:
         if f"{MODELS}.{inner_module}" == module.__name__ and hasattr(module, inner_name):
             target_forward.INNER_ROWS.setdefault(getattr(module, inner_name), row)
     for target in expand(version):
-        if target.module == module.__name__ and (STATE.inner_forward or not target.inner_forward):
+        if target.module != module.__name__ or not (STATE.inner_forward or not target.inner_forward):
+            continue
+        cls = getattr(module, target.qualname.partition(".")[0], None)
+        if target.inner_forward and cls is not None and "forward" not in vars(cls):
+            _wrap_inner(cls, None)  # an inherited forward (Qwen3-MoE's is Qwen2-MoE's) is wrapped once, where defined
+        else:
             PATCHER.apply(INTEGRATION, target, module)
 
 
