@@ -43,14 +43,15 @@ def family_config(name: str, num_hidden_layers: int, **overrides):
     return config
 
 
-def build_target(name: str, num_hidden_layers: int = 32, seed: int = 0, **overrides):
-    """SGLang's real target class of family `name` with transformers' random weights (`model.hf_model`)."""
+def build_target(name: str, num_hidden_layers: int = 32, seed: int = 0, cls=None, **overrides):
+    """SGLang's real target class of family `name` (or `cls`, e.g. an external package's subclass of it) with
+    transformers' random weights (`model.hf_model`)."""
     init_runtime()
     config = family_config(name, num_hidden_layers, **overrides)
     _, hf_cls, module, sgl_cls, _ = FAMILIES[name]
     torch.manual_seed(seed)
     hf_model = getattr(transformers, hf_cls)(config).eval().float()
-    cls = getattr(importlib.import_module(f"sglang.srt.models.{module}"), sgl_cls)
+    cls = cls or getattr(importlib.import_module(f"sglang.srt.models.{module}"), sgl_cls)
     model = cls(config, quant_config=None).eval()
     model.load_weights(checkpoint_items(hf_model.state_dict(), config))
     object.__setattr__(model, "hf_model", hf_model)  # kept out of SGLang's submodules and state_dict
