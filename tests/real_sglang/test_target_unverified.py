@@ -46,3 +46,6 @@ def test_an_untabled_setter_class_is_observed_with_its_rule_unverified(tmp_path)
     for slot, rms in enumerate(result["rms"]):
         assert prints[slot]["rms"] == pytest.approx(rms, rel=1e-4)
     assert not events(tmp_path, "eagle_probe.internal_error")
+    findings = events(tmp_path, "eagle_probe.finding")  # said once, and no rule guessed (no capture_rule_unexpected)
+    assert [f["code"] for f in findings if f["role"] == "target"] == ["capture_rule_unverified"]
+    assert findings[0]["evidence"]["layers_to_capture"] == [2, 5, 7] and findings[0]["severity"] == "warning"
