@@ -89,3 +89,30 @@ def hf_hidden_states(model, tokens):
 def clear_capture(model) -> None:
     model.capture_aux_hidden_states = False
     model.model.layers_to_capture = []
+
+
+def write_family_checkpoint(path, name: str, num_hidden_layers: int, seed: int = 0, zero_lm_head: bool = False,
+                            **overrides):
+    """config.json + model.safetensors of a tiny random target of family `name` for `sglang.launch_server
+    --skip-tokenizer-init` (save_pretrained writes the on-disk names). zero_lm_head: the target always picks token
+    0 (with a zero-head draft every draft token is accepted). Returns (path, config)."""
+    import os
+
+    config = family_config(name, num_hidden_layers, **overrides)
+    torch.manual_seed(seed)
+    hf_model = getattr(transformers, FAMILIES[name][1])(config).eval().float()
+    if zero_lm_head:
+        with torch.no_grad():
+            hf_model.lm_head.weight.zero_()
+    os.makedirs(path, exist_ok=True)
+    hf_model.config.architectures = [FAMILIES[name][3]]
+    hf_model.save_pretrained(path, safe_serialization=True, max_shard_size="10GB")
+    return str(path), config
+
+
+def checkpoint_hidden_states(path, tokens):
+    """transformers' hidden_states for one request, from a checkpoint written by write_family_checkpoint."""
+    with torch.no_grad():
+        model = transformers.AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32).eval()
+        out = model(torch.tensor([list(tokens)]), output_hidden_states=True)
+    return tuple(h[0] for h in out.hidden_states)
