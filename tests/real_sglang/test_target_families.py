@@ -1,5 +1,5 @@
 """The generic target integration on SGLang 0.5.23's REAL target classes of the non-DeepSeek families (tiny
-random weights, CPU, in-process): with the probe installed, ids set through the real setter and one EXTEND run
+random weights, CPU, in-process): with the probe installed, ids set through the real setter and EXTENDs run
 through SGLang's real model, the layers the probe reports (capture.configured, target.forward), the widths and the
 fingerprints (rms per slot) equal transformers' `output_hidden_states` at the indices the family's rule predicts,
 for the same weights and tokens.
@@ -74,6 +74,7 @@ def test_captures_widths_and_fingerprints_equal_transformers_at_the_family_rule(
     try:
         runner.reset()
         out = runner.extend(TOKENS, capture_hidden_mode=CaptureHiddenMode.FULL)
+        runner.extend(TOKENS, capture_hidden_mode=CaptureHiddenMode.FULL)  # a repeated forward: counted only
     finally:
         clear_capture(model)
 
@@ -85,7 +86,7 @@ def test_captures_widths_and_fingerprints_equal_transformers_at_the_family_rule(
     assert [s["capture_index"] for s in configured["slots"]] == expected
 
     from eagle_probe.runtime.state import STATE
-    assert sum(STATE.recorder.counts.forwards.values()) == 1  # one forward, observed once (wrapped once)
+    assert sum(STATE.recorder.counts.forwards.values()) == 2  # each forward observed once (wrapped once)
     [forward] = [e for e in events(probed, "eagle_probe.target.forward") if e["mode"] == "EXTEND"]
     assert forward["model_class"] == type(model.model).__name__ and forward["layers_to_capture"] == expected
     assert forward["aux_returned"] == 3 and forward["slot_widths"] == [hidden] * 3 and forward["error"] is None

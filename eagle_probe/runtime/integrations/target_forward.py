@@ -117,8 +117,14 @@ def _after_forward(facts, result, error):
                 STATE.report_error("target.fingerprint", exc)
         if not recorder.log_every_forward:
             aux = result[1] if type(result) is tuple and len(result) == 2 else None
-            # The packed aux width alone: the hidden width and dtype are the model's and do not change.
-            shapes = aux.size(-1) if type(aux) is static.tensor else _result_key(result)
+            # The packed aux width alone (a list: its length and last width): the hidden width and dtype are the
+            # model's and do not change. No helper call on either format (Llama, Qwen, ... return a list).
+            if type(aux) is static.tensor:
+                shapes = aux.size(-1)
+            elif isinstance(aux, list) and aux:
+                shapes = (len(aux), aux[-1].size(-1))
+            else:
+                shapes = _result_key(result)
             signature = (layers, can_run_tbo, capturing, shapes)
             last = static.last.get(mode)
             if last is not None and last[0] == signature:
