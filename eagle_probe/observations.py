@@ -41,7 +41,8 @@ class CaptureConfigured:
 
 
 class TargetForward(NamedTuple):
-    """One Python-level run of DeepseekV2Model.forward (eager steps and CUDA-graph capture runs).
+    """One Python-level run of a target family's inner model forward (DeepseekV2Model, LlamaModel, ...; eager steps
+    and CUDA-graph capture runs).
 
     A NamedTuple rather than a frozen dataclass: it is built on every forward, and a frozen
     dataclass's __init__ costs about ten times as much.
