@@ -17,6 +17,8 @@ SGLang objects (llama_eagle3.LlamaModel and a ForwardBatch carrying an EagleDraf
 GenerationBatchResult; the verify hook's owner is a stand-in for the Scheduler, with its server_args'
 speculative_num_steps), probe active against the bare call, median per call: the probe's own added time.
 Flush: one flush of everything counted (the probe's own thread, once per flush interval).
+Load (issue 19): eagle_probe.install() with SGLang's model registry imported, i.e. the registry scan and the wrapping
+of every target class found (best of 5, in ms; budget 50 ms per process, absolute: it happens once).
 
 Reference (issue 17), measured in the same run: one call through a wrapt pass-through decorator whose wrapper does
 one dict increment (timeit, best of 7 x 200 000; the bare call is printed beside it for context). Every probe figure
@@ -43,7 +45,7 @@ from sglang_cpu import shims  # noqa: E402
 shims.apply()
 
 import eagle_probe  # noqa: E402
-from eagle_probe.runtime.integrations.deepseek_v2 import model_forward_wrapper  # noqa: E402
+from eagle_probe.runtime.integrations.target_forward import model_forward_wrapper  # noqa: E402
 
 VERIFY_BATCHES = (1, 16, 64, 128)
 
@@ -149,7 +151,7 @@ def probe_work(inner, batch, result, n):
 
 def probe_work_in_situ(runner, batch, n):
     """Time the wrapper's before/after steps inside real forwards (the wrapper looks them up at call time)."""
-    from eagle_probe.runtime.integrations import deepseek_v2 as wrappers
+    from eagle_probe.runtime.integrations import target_forward as wrappers
 
     before, after = wrappers._before_forward, wrappers._after_forward
     spent, baseline = [], []
@@ -183,7 +185,7 @@ def probe_work_in_situ(runner, batch, n):
 def reference_in_situ(runner, batch, n):
     """The reference timed where the probe's in-situ steps run (before and after each real forward, with the caches
     the forward left), minus the same empty timed calls: what the simplest wrapper costs at the same two spots."""
-    from eagle_probe.runtime.integrations import deepseek_v2 as wrappers
+    from eagle_probe.runtime.integrations import target_forward as wrappers
 
     before, after = wrappers._before_forward, wrappers._after_forward
     reference, empty = reference_call()
@@ -313,6 +315,26 @@ def fingerprint_cost_us(n):
     return out
 
 
+LOAD_BUDGET_MS = 50.0  # issue 19: the registry scan and wrapping at load time, per process (absolute: once)
+
+
+def load_cost_ms(cycles=5):
+    """eagle_probe.install() with SGLang's model registry imported (every model module SGLang imports here, as a
+    server has when it loads its model): scanning the registry's classes and wrapping every target found. Best of
+    `cycles` uninstall/install pairs; (ms, registry classes, targets wrapped)."""
+    import sglang.srt.models.registry as registry
+
+    costs, wrapped = [], 0
+    for _ in range(cycles):
+        eagle_probe.uninstall()
+        start = time.perf_counter()
+        eagle_probe.install(env={"EAGLE_PROBE_LOG_DIR": tempfile.mkdtemp(prefix="eagle-probe-load-")})
+        costs.append((time.perf_counter() - start) * 1000)
+        wrapped = len(eagle_probe.patched_targets())
+    eagle_probe.uninstall()
+    return min(costs), len(registry.ModelRegistry.models), wrapped
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=30)
@@ -389,7 +411,14 @@ def main():
           f"its cost above / {FORWARDS_PER_S} (on a GPU the reductions are a few memory passes over the aux states)")
     eagle_probe.uninstall()
     print(f"probe logs: {log_dir}")
+    load_ms, classes, wrapped = load_cost_ms()
+    figures["load_ms"] = round(load_ms, 2)
+    print(f"load: install with the registry imported ({classes} classes scanned, {wrapped} targets wrapped): "
+          f"{load_ms:.2f} ms, budget {LOAD_BUDGET_MS:.0f} ms per process (issue 19): "
+          f"{'PASS' if load_ms <= LOAD_BUDGET_MS else 'OVER'}")
     over = print_budgets(figures, reference)
+    if load_ms > LOAD_BUDGET_MS:
+        over.append("load")
     if args.json:
         print(json.dumps(figures, sort_keys=True))
     if args.check and over:

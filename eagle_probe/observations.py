@@ -35,10 +35,14 @@ class CaptureConfigured:
     is_last_pp_stage: bool
     caller: str  # qualified name of the SGLang function that made the call
     during_graph_setup: bool
+    family: Optional[str] = None  # families.py row name; None: no row names the class (rule unverified)
+    family_rule: Optional[str] = None  # the row's rule, or "unverified"; None: not known (offline predictions)
+    rule_applied: Optional[str] = None  # the rule as applied to these ids (families.positions)
 
 
 class TargetForward(NamedTuple):
-    """One Python-level run of DeepseekV2Model.forward (eager steps and CUDA-graph capture runs).
+    """One Python-level run of a target family's inner model forward (DeepseekV2Model, LlamaModel, ...; eager steps
+    and CUDA-graph capture runs).
 
     A NamedTuple rather than a frozen dataclass: it is built on every forward, and a frozen
     dataclass's __init__ costs about ten times as much.

@@ -1,7 +1,7 @@
 """Test-only fault injection into the probe's own functions (never part of the probe).
 
 ``SGLANG_CPU_PROBE_FAULTS="SITE[:N],SITE[:N],..."``: each SITE is a dotted path under ``eagle_probe.runtime``
-(a module, then a function or ``Class.method`` in it), e.g. ``integrations.deepseek_v2._after_forward``,
+(a module, then a function or ``Class.method`` in it), e.g. ``integrations.target_forward._after_forward``,
 ``recorder.Recorder.on_timer``, ``sinks.logs.LogSink.emit``, ``values.dumps.DumpWriter._write``. The function is
 wrapped (wrapt, in place: callers that look it up at call time, as the probe's own do, get the wrapper) so that
 it raises ``RuntimeError("injected fault: SITE")`` instead of running: on every call, or with ``:N`` on its

@@ -22,7 +22,8 @@ INTERVAL_S = 0.25
 _CONTAINERS = (dict, list, set, frozenset, weakref.WeakKeyDictionary, weakref.WeakValueDictionary)
 # module-level caches of the serving side: module name -> attribute names
 MODULE_CACHES = {
-    "eagle_probe.runtime.integrations.deepseek_v2": ("_statics", "_dtype_names"),
+    "eagle_probe.runtime.integrations.target_forward": ("_statics", "_dtype_names", "INNER_ROWS"),
+    "eagle_probe.runtime.integrations.targets": ("_seen",),
     "eagle_probe.runtime.integrations.llama_eagle3": ("_statics",),
     "eagle_probe.runtime.integrations.acceptance": ("_fields", "_positions"),
     "eagle_probe.runtime.values.sampler": ("_sampled_modes",),
@@ -58,7 +59,7 @@ def sizes() -> dict:
             value = getattr(module, attr, None)
             if isinstance(value, _CONTAINERS):
                 out[f"{module_name.rsplit('.', 1)[-1]}.{attr}"] = len(value)
-    for short in ("deepseek_v2", "llama_eagle3"):
+    for short in ("target_forward", "llama_eagle3"):
         module_name = f"eagle_probe.runtime.integrations.{short}"
         module = sys.modules.get(module_name)
         statics = list(getattr(module, "_statics", {}).values()) if module is not None else []

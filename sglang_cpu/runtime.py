@@ -202,7 +202,7 @@ class TinyBatchRunner:
     def __init__(self, model, max_requests: int = 32, max_context_len: int = 256, max_tokens: int = 8192):
         from types import SimpleNamespace
 
-        from sglang.srt.mem_cache.memory_pool import MLATokenToKVPool, ReqToTokenPool
+        from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, MLATokenToKVPool, ReqToTokenPool
 
         self.model = model
         config = model.config
@@ -210,7 +210,21 @@ class TinyBatchRunner:
         self.req_to_token_pool = ReqToTokenPool(
             size=max_requests, max_context_len=max_context_len, device="cpu", enable_memory_saver=False
         )
-        self.token_to_kv_pool = MLATokenToKVPool(
+        if getattr(config, "kv_lora_rank", None) is None:  # MHA / GQA targets (Llama, Qwen, GPT-OSS, GLM-4-MoE)
+            text = getattr(config, "text_config", config)
+            self.token_to_kv_pool = MHATokenToKVPool(
+                size=max_tokens,
+                page_size=1,
+                dtype=torch.float32,
+                head_num=text.num_key_value_heads,
+                head_dim=getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads,
+                layer_num=text.num_hidden_layers,
+                device="cpu",
+                enable_memory_saver=False,
+            )
+        else:
+            self.token_to_kv_pool = None
+        self.token_to_kv_pool = self.token_to_kv_pool or MLATokenToKVPool(
             size=max_tokens,
             page_size=1,
             dtype=torch.float32,

@@ -104,6 +104,17 @@ def _finding(code: str, message: str, **evidence) -> Finding:
     return Finding(code, CODES[code][0], message, tuple(sorted(evidence.items())))
 
 
+def capture_unverified_finding(obs: "CaptureConfigured") -> Finding:
+    """A running target class whose setter no family row describes: what SGLang set is reported as is."""
+    return _finding(
+        CAPTURE_RULE_UNVERIFIED,
+        f"{obs.model_class} defines set_eagle3_layers_to_capture but no family row proves its rule: ids "
+        f"{None if obs.requested_ids is None else list(obs.requested_ids)} became {list(obs.layers_to_capture)} "
+        f"(what SGLang set, reported as is; the rule is unverified and the draft's ids are not checked against it).",
+        model_class=obs.model_class, requested_ids=None if obs.requested_ids is None else list(obs.requested_ids),
+        layers_to_capture=list(obs.layers_to_capture), rule=obs.family_rule)
+
+
 def capture_config_findings(obs: "CaptureConfigured", rules: VersionRules,
                             family: Optional["Family"] = None) -> List[Finding]:
     """The configured positions checked against what the target can capture and against its rule: DeepSeek's

@@ -10,7 +10,7 @@ from .. import families, versions
 from ..runtime.install import off_summary
 
 
-def _target_status(integration, target, rules, supported, import_modules):
+def _target_status(integration, target, rules, supported, import_modules, found=False):
     from ..runtime.patcher import resolve_target
 
     dotted = f"{target.module}.{target.qualname}"
@@ -46,7 +46,12 @@ def _target_status(integration, target, rules, supported, import_modules):
         entry.update(status="skipped", reason=f"not found in installed SGLang: {exc}"
                      + ("" if expected else "; the version table says so"))
         return entry
-    entry.update(status="resolved", reason="" if owned else f"inherited, wrapped on {owner.__name__}")
+    if not owned and found:  # a target found at load time is wrapped once, on the class that defines it
+        attr = target.qualname.rpartition(".")[2]
+        defining = next((k for k in owner.__mro__ if attr in vars(k)), owner)
+        entry.update(status="resolved", reason=f"inherited, wrapped on {defining.__module__}.{defining.__qualname__}")
+    else:
+        entry.update(status="resolved", reason="" if owned else f"inherited, wrapped on {owner.__name__}")
     if not expected:
         entry["reason"] = (entry["reason"] + "; " if entry["reason"] else "") + \
             "present although the version table does not expect it here"
@@ -77,7 +82,10 @@ def compat_report(import_modules: bool = True, source_check: bool = False) -> di
     }
     if sglang_version is None:
         return report
-    report["targets"] = [_target_status(i, t, rules, supported, import_modules) for i in ALL for t in i.targets]
+    report["targets"] = [_target_status(i, t, rules, supported, import_modules, found)
+                         for i in ALL for found, targets in ((False, i.targets), (True, i.expand(parsed) if
+                                                                                    i.expand is not None else ()))
+                         for t in targets]
     if source_check:
         from .contract import SourceTree, check_tree
 

@@ -29,6 +29,11 @@ class Integration:
     name: str
     targets: Tuple[PatchTarget, ...]
     reset: Optional[Callable[[], None]] = None  # drops the module-level caches its wrappers keep (at uninstall)
+    # Targets found at load time (integrations/targets.py): modules to watch, and what to do when one is imported
+    # (it wraps through Patcher.wrap_found); `expand(version)`: those targets as PatchTargets, for compat/contract.
+    watch: Optional[Callable[[], Tuple[str, ...]]] = None
+    on_import: Optional[Callable[[object], None]] = None
+    expand: Optional[Callable[[object], Tuple[PatchTarget, ...]]] = None
 
 
 def resolve_target(target: PatchTarget, module):
@@ -63,12 +68,44 @@ class Patcher:
                 if (integration.name, target) not in self._hooked:
                     self._hooked.add((integration.name, target))
                     wrapt.register_post_import_hook(self._hook(integration, target), target.module)
+            for module in integration.watch() if integration.watch is not None else ():
+                if module in sys.modules:
+                    integration.on_import(sys.modules[module])
+                if (integration.name, module) not in self._hooked:
+                    self._hooked.add((integration.name, module))
+                    wrapt.register_post_import_hook(self._watcher(integration), module)
+
+    def _watcher(self, integration):
+        def on_import(module):
+            if self.enabled:
+                integration.on_import(module)
+        return on_import
+
+    def wrap_found(self, owner, attr: str, wrapper) -> bool:
+        """Wrap `owner.attr` (a class found at load time); False when already wrapped or the probe is off."""
+        key = (owner.__module__, f"{owner.__qualname__}.{attr}")
+        if not self.enabled or key in self._applied:
+            return False
+        owned = attr in vars(owner)
+        original = vars(owner)[attr] if owned else getattr(owner, attr)
+        proxy = wrapt.FunctionWrapper(original, wrapper)
+        setattr(owner, attr, proxy)
+        self._applied[key] = (owner, attr, original, proxy, owned)
+        return True
+
+    def is_wrapped(self, owner, attr: str) -> bool:
+        return (owner.__module__, f"{owner.__qualname__}.{attr}") in self._applied
 
     def _hook(self, integration, target):
         def on_import(module):
             if self.enabled:
                 self._apply(integration, target, module)
         return on_import
+
+    def apply(self, integration: Integration, target: PatchTarget, module):
+        """Patch one target of an imported module now (a target found at load time)."""
+        if self.enabled:
+            self._apply(integration, target, module)
 
     def _apply(self, integration: Integration, target: PatchTarget, module):
         key = (target.module, target.qualname)

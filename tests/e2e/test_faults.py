@@ -42,12 +42,12 @@ KEYS = ("into_fixed_point", "mixed")  # every acceptance pattern: full runs, one
 
 # site (with ":N": its first N calls) -> {where it is counted: exact count, or None for "at least once"}
 FAULTS_A = {
-    "integrations.deepseek_v2._before_forward:3": {"deepseek_v2.forward.before": 3},
-    "integrations.deepseek_v2._after_forward:3": {"deepseek_v2.forward.after": 3},
-    "integrations.deepseek_v2._observe_capture_config": {"deepseek_v2.set_eagle3_layers_to_capture": None},
+    "integrations.target_forward._before_forward:3": {"target.forward.before": 3},
+    "integrations.target_forward._after_forward:3": {"target.forward.after": 3},
+    "integrations.targets._observe_capture_config": {"target.set_eagle3_layers_to_capture": None},
     "integrations.llama_eagle3._observe_draft_forward": {"llama_eagle3.forward": None},
     "integrations.llama_eagle3._observe_loaded": {"llama_eagle3.load_weights": 1},
-    "values.fingerprint.Fingerprinter.queue": {"deepseek_v2.fingerprint": None, "llama_eagle3.fingerprint": None},
+    "values.fingerprint.Fingerprinter.queue": {"target.fingerprint": None, "llama_eagle3.fingerprint": None},
     "values.dumps.DumpWriter._write": {"dumps.write": 1},
     "sinks.metrics.MetricsSink.forward_shapes": {"metrics.forward_shapes": None},
     "sinks.metrics.MetricsSink.add_forwards": {"metrics.add_forwards": None},
@@ -56,7 +56,7 @@ FAULTS_A = {
 }
 FAULTS_B = {
     "integrations.model_runner.register_model": {"model_runner.load_model": 2},  # the target's and the draft's
-    "recorder.Recorder.target_forward:2": {"deepseek_v2.forward.after": 2},
+    "recorder.Recorder.target_forward:2": {"target.forward.after": 2},
     "integrations.acceptance._record:2": {"acceptance.resolve_spec_v2_tokens": 2},  # in SGLang's warm-up
 }
 DUMP_CAP_MB = 0.008  # 8388 bytes: the warm-up's 3-token dump (about 4 KB) fits, the next ones reach the cap

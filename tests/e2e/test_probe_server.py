@@ -71,7 +71,7 @@ def test_no_command_module_is_loaded_in_any_server_process(runs):
     scheduler_pids = {e["pid"] for e in runs["events"] if e["event"] == "eagle_probe.target.forward"}
     assert scheduler_pids and scheduler_pids <= set(census), (scheduler_pids, sorted(census))
     for pid in scheduler_pids:
-        assert {"eagle_probe.runtime.recorder", "eagle_probe.runtime.integrations.deepseek_v2"} <= set(census[pid])
+        assert {"eagle_probe.runtime.recorder", "eagle_probe.runtime.integrations.target_forward"} <= set(census[pid])
     for pid, modules in census.items():
         assert not [m for m in modules if m.startswith("eagle_probe.commands")], (pid, modules)
 

@@ -11,7 +11,7 @@ from sglang_cpu.tiny_models import deepseek_v3_config
 
 import eagle_probe
 from eagle_probe.runtime.state import STATE
-from eagle_probe.runtime.integrations import deepseek_v2
+from eagle_probe.runtime.integrations import target_forward
 
 TOKENS = [[5, 9, 17, 33, 2, 71, 8], [3, 4, 5]]
 
@@ -208,7 +208,7 @@ def test_raising_sink_never_reaches_sglang(dense, probe):
 
     recorder = STATE.recorder
     recorder.forget()
-    deepseek_v2.reset()  # forget the wrapper's last signatures too, so every forward is new again
+    target_forward.reset()  # forget the wrapper's last signatures too, so every forward is new again
     recorder.logs.emit = broken  # every log line now raises inside the probe
     got = run_all_modes(runner)
     for (logits_a, aux_a), (logits_b, aux_b) in zip(expected, got):

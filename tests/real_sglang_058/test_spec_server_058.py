@@ -228,8 +228,13 @@ def test_compat_resolves_exactly_the_hooks_the_servers_used(compat, v1, v2):
     acceptance = [t for t in compat["targets"] if t["integration"] == "acceptance"]
     assert {t["target"] for t in acceptance if t["status"] == "resolved"} == used
     # every wrapper the servers logged from is resolved; the Kimi draft model does not exist in 0.5.8
-    for name in ("model_runner", "deepseek_v2", "llama_eagle3"):
+    for name in ("model_runner", "llama_eagle3"):
         assert all(t["status"] == "resolved" for t in compat["targets"] if t["integration"] == name)
+    found = {t["target"]: t["status"] for t in compat["targets"] if t["integration"] == "targets"}
+    for target in ("sglang.srt.models.registry._ModelRegistry.resolve_model_cls",
+                   "sglang.srt.models.deepseek_v2.DeepseekV2ForCausalLM.set_eagle3_layers_to_capture",
+                   "sglang.srt.models.deepseek_v2.DeepseekV2Model.forward"):
+        assert found[target] == "resolved"
     [kimi] = [t for t in compat["targets"] if t["integration"] == "kimi_k25_eagle3"]
     assert kimi["status"] == "skipped" and not kimi["expected"] and "version table says so" in kimi["reason"]
 

@@ -30,7 +30,7 @@ def check_tree(src: SourceTree, release: str, integrations=None, rules: Optional
     """Every claim for `release` (its row of the table, unless `rules` is given) against `src`."""
     if rules is None:
         rules = versions.rules_for(versions.parse_version(release))
-    claims, notes = claims_for(rules, integrations)
+    claims, notes = claims_for(rules, integrations, versions.parse_version(release))
     failures = []
     for claim in claims:
         try:

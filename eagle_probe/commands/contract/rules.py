@@ -29,7 +29,10 @@ EXPECTED_PARAMS: Dict[str, Tuple[str, ...]] = {
     "sglang.srt.models.llama_eagle3.LlamaForCausalLMEagle3.load_weights": ("weights",),
     "sglang.srt.models.kimi_k25_eagle3.Eagle3MLAModel.forward": ("input_ids", "positions", "forward_batch",
                                                                  "input_embeds"),
+    "sglang.srt.models.registry._ModelRegistry.resolve_model_cls": ("architectures",),
 }
+# Targets found at load time (integrations/targets.py, Integration.expand): by method name.
+FOUND_PARAMS = {"set_eagle3_layers_to_capture": ("layer_ids",), "forward": ("input_ids", "positions", "forward_batch")}
 ACCEPTANCE_PARAMS = {V1_WORKER: ("batch",), versions.V2_WORKER: ("result", "batch")}
 
 # Attributes the probe reads (integrations/, ranks.py), true in every supported release.
@@ -109,14 +112,22 @@ def _rule_claims(rules: VersionRules) -> List[Claim]:
     return out
 
 
-def target_claims(rules: VersionRules, integrations=None) -> Tuple[List[Claim], List[str]]:
-    """Claims for the patch targets of the integrations; plus notes on targets not expected here."""
+def _targets(integration, release):
+    """(target, found at load time) for an integration's declared targets and those it finds for `release`."""
+    found = integration.expand(release) if getattr(integration, "expand", None) is not None else ()
+    return [(t, False) for t in integration.targets] + [(t, True) for t in found]
+
+
+def target_claims(rules: VersionRules, integrations=None, release=None) -> Tuple[List[Claim], List[str]]:
+    """Claims for the patch targets of the integrations (those found at load time from the family rows of
+    `release`, default the row's first release, included); plus notes on targets not expected here."""
     if integrations is None:
         from ...runtime.integrations import ALL as integrations
+    release = release or rules.first
     specific = versions.version_specific_targets()
     claims, notes = [], []
     for integration in integrations:
-        for target in integration.targets:
+        for target, found in _targets(integration, release):
             dotted = f"{target.module}.{target.qualname}"
             rows = specific.get(dotted)
             if target.module in rules.absent_modules:
@@ -126,12 +137,14 @@ def target_claims(rules: VersionRules, integrations=None) -> Tuple[List[Claim], 
                 notes.append(f"{integration.name}: {dotted} not expected in this release (version table)")
                 continue
             params = EXPECTED_PARAMS.get(dotted)
+            if params is None and found:
+                params = FOUND_PARAMS[target.qualname.rpartition(".")[2]]
             if params is None:
                 for hook in rules.acceptance:
                     if hook.target == dotted:
                         params = ACCEPTANCE_PARAMS[hook.worker]
             claim = defines(target.module, target.qualname, params,
-                            what=f"patch target of {integration.name}: {dotted}"
+                            what=f"{'found' if found else 'patch'} target of {integration.name}: {dotted}"
                                  + ("" if params is not None
                                     else " exists (signature not declared in contract.EXPECTED_PARAMS)")
                                  + ("" if params is None else f"({', '.join(params)}, ...)"))
@@ -144,6 +157,6 @@ def target_claims(rules: VersionRules, integrations=None) -> Tuple[List[Claim], 
     return claims, notes
 
 
-def claims_for(rules: VersionRules, integrations=None) -> Tuple[List[Claim], List[str]]:
-    targets, notes = target_claims(rules, integrations)
+def claims_for(rules: VersionRules, integrations=None, release=None) -> Tuple[List[Claim], List[str]]:
+    targets, notes = target_claims(rules, integrations, release)
     return targets + list(ATTRIBUTES_READ) + _rule_claims(rules), notes

@@ -3,7 +3,7 @@
 from ..context.roles import DRAFT, TARGET, register_model
 from ..state import STATE
 from ..patcher import Integration, PatchTarget
-from .deepseek_v2 import forget_static_facts
+from .target_forward import forget_static_facts
 
 
 def load_model_wrapper(wrapped, instance, args, kwargs):

@@ -13,6 +13,16 @@ class Part:
         self.config = recorder.config
         self.rules = recorder.rules
 
+    def family_of(self, obs):
+        """The family row (eagle_probe.families) a capture set-up names; None without one (rule unverified, or an
+        observation that names none: DeepSeek's rules from the version table then apply, as before families)."""
+        name = getattr(obs, "family", None)
+        if name is None:
+            return None
+        from ... import families, versions
+
+        return families.family(name, versions.parse_version(self.recorder.sglang_version or ""))
+
     def exports(self) -> dict:
         """Attributes the recorder offers the integrations (e.g. the fingerprint sampler)."""
         return {}

@@ -5,6 +5,7 @@ compared per (role, class)."""
 from ...analysis import findings as rules_mod
 from ...analysis.layers import capture_label, explain_mapping
 from ...events import CAPTURE_CONFIGURED, TARGET_FORWARD
+from ...families import UNVERIFIED
 from ...versions import format_version, rule_since
 from .base import Part
 
@@ -27,8 +28,11 @@ class CaptureLayers(Part):
             slots = [(slot, index, index, capture_label(index, obs.num_layers))
                      for slot, index in enumerate(obs.layers_to_capture)]
             self.out.metric("capture_layers", obs.role, slots)
-        for finding in rules_mod.capture_config_findings(obs, self.rules):
-            self.out.finding(finding, obs.role)
+        if obs.family_rule == UNVERIFIED:  # no row proves this class's rule: say so, predict nothing
+            self.out.finding(rules_mod.capture_unverified_finding(obs), obs.role)
+        else:
+            for finding in rules_mod.capture_config_findings(obs, self.rules, self.family_of(obs)):
+                self.out.finding(finding, obs.role)
         self._remember_layers((obs.role, obs.model_class), obs.during_graph_setup, "configuration",
                               obs.layers_to_capture, obs.num_layers)
 
@@ -68,7 +72,8 @@ class CaptureLayers(Part):
                    for slot, index in enumerate(obs.layers_to_capture)],
             num_layers=obs.num_layers, first_k_dense_replace=obs.first_k_dense_replace,
             layer_range=[obs.start_layer, obs.end_layer], is_last_pp_stage=obs.is_last_pp_stage,
-            caller=obs.caller, during_graph_setup=obs.during_graph_setup)
+            caller=obs.caller, during_graph_setup=obs.during_graph_setup, family=obs.family,
+            family_rule=obs.family_rule, rule_applied=obs.rule_applied)
 
     def _log_forward(self, obs):
         self.out.emit(

@@ -5,6 +5,7 @@ from ...analysis import draft_rules
 from ...analysis import findings as rules_mod
 from ...analysis.layers import apply_capture_rule, parse_trained_layers
 from ...analysis.vocab_map import load_findings
+from ...families import UNVERIFIED
 from ...events import DRAFT_FORWARD, DRAFT_LOADED
 from .base import Part
 
@@ -68,13 +69,16 @@ class DraftFacts(Part):
         if target is None or draft is None:
             return
         captured = target.layers_to_capture
+        row = self.family_of(target)  # the ids map by the target family's rule (DeepSeek's without a row)
         if self.config.trained_layers:
             trained = parse_trained_layers(self.config.trained_layers)
             for finding in draft_rules.layer_mismatch_findings(
                     captured=captured, trained_hf=trained, num_layers=target.num_layers, rules=self.rules,
-                    requested_ids=target.requested_ids):
+                    requested_ids=target.requested_ids, family=row):
                 self.out.finding(finding, "draft")
-        expected, _ = apply_capture_rule(self.rules.capture_id_rule, draft.eagle_layer_ids, target.num_layers)
+        if target.family_rule == UNVERIFIED:
+            return  # how this target maps the draft's ids is not known: no guess (capture_rule_unverified says so)
+        expected, _ = apply_capture_rule(self.rules.capture_id_rule, draft.eagle_layer_ids, target.num_layers, row)
         finding = rules_mod.draft_config_layer_finding(draft.model_class, draft.eagle_layer_ids, expected,
                                                        captured, target.num_layers)
         if finding is not None:

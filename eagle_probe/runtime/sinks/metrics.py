@@ -38,7 +38,8 @@ class MetricsSink:
         self.info = gauge("eagle_probe_info", "Probe and SGLang versions in this process (value 1).",
                           ("probe_version", "sglang_version", "rules"))
         self.forwards = counter("eagle_probe_target_forwards_total",
-                                "Python-level DeepseekV2Model forwards (eager steps and CUDA-graph capture runs).",
+                                "Python-level forwards of the target's inner model (DeepseekV2Model, LlamaModel, ...; "
+                                "eager steps and CUDA-graph capture runs).",
                                 ("role", "mode", "path", "tbo"))
         self.layer_info = gauge("eagle_probe_capture_layer_info",
                                 "Configured aux capture slots (1 = current, 0 = replaced).",

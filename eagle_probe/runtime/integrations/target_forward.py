@@ -1,57 +1,21 @@
-"""Target side: DeepSeek-V2/V3 (and Kimi-K2.x, whose language model is DeepseekV3ForCausalLM).
-
-Wraps DeepseekV2Model.forward (per forward: path, TBO split, aux states returned) and
-DeepseekV2ForCausalLM.set_eagle3_layers_to_capture (capture configuration). Subclasses that inherit
-these methods are covered by the same wrappers.
-"""
+"""Target side, per forward: the wrapper of every target family's inner model forward (DeepseekV2Model,
+LlamaModel, Qwen3Model, ...; which classes is found by integrations/targets.py). Per forward: path, TBO split,
+aux states returned. The TBO split follows the family's row (families.py) of the inner class."""
 
 import time
 import weakref
 
-from ...analysis.layers import split_layers
-from ...observations import CaptureConfigured, TargetForward
+from ... import families
+from ...analysis.layers import LayerSplit, split_layers
+from ...observations import TargetForward
 from ..context import graph_capture
-from ..context.callers import caller_chain, during_graph_setup
 from ..context.roles import role_of
 from ..parts.forwards import forward_count_key
-from ..patcher import Integration, PatchTarget
 from ..state import STATE
 from ..values.dump_plan import plan_forward, submit_forward
 from ..values.sampler import sample_target_forward, sampled_members
 
-MODULE = "sglang.srt.models.deepseek_v2"
 _wall = time.time  # the sampler's clock (wall-clock buckets, equal across TP ranks)
-
-def _observe_capture_config(instance, layer_ids):
-    inner = instance.model
-    chain = caller_chain()
-    pp_group = getattr(instance, "pp_group", None)
-    num_layers = int(instance.config.num_hidden_layers)
-    STATE.recorder.capture_configured(CaptureConfigured(
-        model_class=type(instance).__name__,
-        role=role_of(instance),
-        requested_ids=None if layer_ids is None else tuple(int(i) for i in layer_ids),
-        layers_to_capture=tuple(int(i) for i in getattr(inner, "layers_to_capture", ())),
-        num_layers=num_layers,
-        first_k_dense_replace=getattr(inner, "first_k_dense_replace", None),
-        start_layer=int(getattr(inner, "start_layer", 0)),
-        end_layer=int(getattr(inner, "end_layer", num_layers)),
-        is_last_pp_stage=bool(getattr(pp_group, "is_last_rank", True)),
-        caller=chain[0] if chain else "?",
-        during_graph_setup=during_graph_setup(chain),
-    ))
-
-
-def set_eagle3_layers_to_capture_wrapper(wrapped, instance, args, kwargs):
-    result = wrapped(*args, **kwargs)
-    if STATE.active:
-        try:
-            layer_ids = args[0] if args else kwargs.get("layer_ids")
-            _observe_capture_config(instance, layer_ids)
-        except Exception as exc:
-            STATE.report_error("deepseek_v2.set_eagle3_layers_to_capture", exc)
-    return result
-
 
 class _ModelStatic:
     """Per-module facts that do not change between forwards, read once (config reads are slow), and the last
@@ -64,12 +28,15 @@ class _ModelStatic:
         self.ref = weakref.ref(instance)
         self.model_class = type(instance).__name__
         self.role = role_of(instance)
-        self.start_layer = int(instance.start_layer)
-        self.end_layer = int(instance.end_layer)
         config = getattr(instance, "config", None)
-        self.num_layers = int(getattr(config, "num_hidden_layers", self.end_layer))
+        layers = getattr(instance, "layers", None)
+        n = getattr(config, "num_hidden_layers", None)
+        self.num_layers = int(n if n is not None else len(layers) if layers is not None else 0)
+        self.start_layer = int(getattr(instance, "start_layer", 0))
+        self.end_layer = int(getattr(instance, "end_layer", self.num_layers))
         self.first_k_dense_replace = getattr(instance, "first_k_dense_replace", None)
-        self.splits = {tbo: split_layers(self.start_layer, self.end_layer, self.first_k_dense_replace, tbo)
+        row = INNER_ROWS.get(type(instance))
+        self.splits = {tbo: _split(row, self.start_layer, self.end_layer, self.first_k_dense_replace, tbo)
                        for tbo in (False, True)}
         self.last = {}  # forward mode -> (signature, count key, lost slots)
         self.forwards = 0  # this model's forwards so far: the `step` of a fingerprint
@@ -78,6 +45,20 @@ class _ModelStatic:
         import torch  # imported by SGLang long before its first forward
 
         self.tensor = torch.Tensor
+
+
+INNER_ROWS = {}  # inner model class -> its family row (filled by integrations/targets.py)
+
+
+def _split(row, start, end, first_k_dense_replace, can_run_tbo):
+    """The normal/TBO layer split of a forward, by the family's TBO behaviour (no row: DeepSeek's split)."""
+    if row is not None and row.tbo == families.TBO_NONE:
+        return split_layers(start, end, None, can_run_tbo)
+    if row is not None and row.tbo == families.TBO_ALL:
+        if can_run_tbo and end > start:
+            return LayerSplit((start, start), (start, end))
+        return LayerSplit((start, end), None)
+    return split_layers(start, end, first_k_dense_replace, can_run_tbo)
 
 
 _statics = {}  # id(module) -> _ModelStatic (its weak reference tells a reused id apart)
@@ -112,7 +93,7 @@ def _result_key(result):
     """The result's shape facts, cheaply: (aux container, aux width(s), hidden width, dtype)."""
     if type(result) is tuple and len(result) == 2:
         hidden, aux = result
-        if type(aux) is list or type(aux) is tuple:
+        if isinstance(aux, (list, tuple)):  # AuxHiddenStateList (Llama, Qwen, ...) is a list
             return "list", tuple(t.shape[-1] for t in aux), hidden.shape[-1], hidden.dtype
         return "packed", aux.shape[-1], hidden.shape[-1], hidden.dtype
     if hasattr(result, "shape"):
@@ -133,11 +114,17 @@ def _after_forward(facts, result, error):
             try:
                 sample_target_forward(sampler, recorder, static, mode, capturing, forward_batch, result, layers)
             except Exception as exc:
-                STATE.report_error("deepseek_v2.fingerprint", exc)
+                STATE.report_error("target.fingerprint", exc)
         if not recorder.log_every_forward:
             aux = result[1] if type(result) is tuple and len(result) == 2 else None
-            # The packed aux width alone: the hidden width and dtype are the model's and do not change.
-            shapes = aux.size(-1) if type(aux) is static.tensor else _result_key(result)
+            # The packed aux width alone (a list: its length and last width): the hidden width and dtype are the
+            # model's and do not change. No helper call on either format (Llama, Qwen, ... return a list).
+            if type(aux) is static.tensor:
+                shapes = aux.size(-1)
+            elif isinstance(aux, list) and aux:
+                shapes = (len(aux), aux[-1].size(-1))
+            else:
+                shapes = _result_key(result)
             signature = (layers, can_run_tbo, capturing, shapes)
             last = static.last.get(mode)
             if last is not None and last[0] == signature:
@@ -193,7 +180,7 @@ def model_forward_wrapper(wrapped, instance, args, kwargs):
     try:
         facts = _before_forward(instance, args, kwargs)
     except Exception as exc:
-        STATE.report_error("deepseek_v2.forward.before", exc)
+        STATE.report_error("target.forward.before", exc)
         facts = None
     dump = None
     if facts is not None and STATE.recorder.dump_planner is not None:
@@ -211,7 +198,7 @@ def model_forward_wrapper(wrapped, instance, args, kwargs):
             try:
                 _after_forward(facts, None, error)
             except Exception as exc:
-                STATE.report_error("deepseek_v2.forward.after", exc)
+                STATE.report_error("target.forward.after", exc)
         raise
     if dump is not None:
         try:
@@ -226,20 +213,10 @@ def model_forward_wrapper(wrapped, instance, args, kwargs):
         try:
             _after_forward(facts, result, None)
         except Exception as exc:
-            STATE.report_error("deepseek_v2.forward.after", exc)
+            STATE.report_error("target.forward.after", exc)
     return result
 
 
 def reset():
     forget_static_facts()
     _dtype_names.clear()
-
-
-INTEGRATION = Integration("deepseek_v2", (
-    PatchTarget(MODULE, "DeepseekV2ForCausalLM.set_eagle3_layers_to_capture", set_eagle3_layers_to_capture_wrapper,
-                observes="capture set-up events (requested ids, captured layers, graph set-up calls) and the "
-                         "findings built on them"),
-    PatchTarget(MODULE, "DeepseekV2Model.forward", model_forward_wrapper, inner_forward=True,
-                observes="target forward events (path, TBO, aux count, format and shapes) and the findings "
-                         "built on them"),
-), reset=reset)
