@@ -16,7 +16,6 @@ from ..observations import Ranks
 from ..versions import SUPPORTED_RANGE_TEXT, VersionRules
 from .outputs import Outputs
 from .parts import PARTS
-from .parts.forwards import draft_count_key, forward_count_key  # noqa: F401  (the integrations' count keys)
 from .periodic import Periodic
 
 
