@@ -83,8 +83,8 @@ def test_compat_tells_that_0_5_7_is_outside_and_nothing_is_wrapped(outside):
     assert report["supported"] is False and report["rules_in_force"] is False and report["exit_status"] == 1
     targets = {t["target"] for t in report["targets"]}
     # every target the probe knows for this release: the declared ones and those its registry scan would wrap
-    found = [i.expand(versions.parse_version("0.5.7")) for i in ALL if i.expand is not None]
-    assert targets == {f"{t.module}.{t.qualname}" for t in [t for i in ALL for t in i.targets] + sum(found, ())}
+    found = [t for i in ALL if i.expand is not None for t in i.expand(versions.parse_version("0.5.7"))]
+    assert targets == {f"{t.module}.{t.qualname}" for t in [t for i in ALL for t in i.targets] + found}
     for target in report["targets"]:
         assert target["status"] == "skipped" and versions.SUPPORTED_RANGE_TEXT in target["reason"]
     assert "NOT SUPPORTED" in report["text"] and "rules in force: none" in report["text"]
