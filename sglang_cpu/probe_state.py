@@ -26,7 +26,7 @@ MODULE_CACHES = {
     "eagle_probe.runtime.integrations.targets": ("_seen",),
     "eagle_probe.runtime.integrations.llama_eagle3": ("_statics",),
     "eagle_probe.runtime.integrations.acceptance": ("_fields", "_positions"),
-    "eagle_probe.runtime.values.sampler": ("_sampled_modes",),
+    "eagle_probe.runtime.values.sampler": ("_members",),
     "eagle_probe.runtime.context.roles": ("_roles",),
 }
 _started = False

@@ -63,24 +63,12 @@ class FingerprintSampler:
 
 
 SAMPLED_TARGET_MODES = ("EXTEND", "TARGET_VERIFY")  # eager forwards whose aux states feed the draft
-_sampled_modes = {}  # ForwardMode member -> whether it is sampled (names read once)
+_members = {}  # (ForwardMode type, names) -> the members with those names (read once)
 
 
 def reset() -> None:
     """Forget the mode names read (uninstall)."""
-    _sampled_modes.clear()
     _members.clear()
-
-
-def sampled_mode(mode, names=SAMPLED_TARGET_MODES) -> bool:
-    key = (mode, names)
-    sampled = _sampled_modes.get(key)
-    if sampled is None:
-        sampled = _sampled_modes[key] = mode.name in names
-    return sampled
-
-
-_members = {}  # ForwardMode type -> the members whose aux states are sampled
 
 
 def sampled_members(mode_type, names=SAMPLED_TARGET_MODES) -> frozenset:
@@ -89,6 +77,11 @@ def sampled_members(mode_type, names=SAMPLED_TARGET_MODES) -> frozenset:
     if members is None:
         members = _members[(mode_type, names)] = frozenset(m for m in mode_type if m.name in names)
     return members
+
+
+def sampled_mode(mode, names=SAMPLED_TARGET_MODES) -> bool:
+    """Whether a ForwardMode member is one of `names` (for callers off the per-forward path)."""
+    return mode in sampled_members(type(mode), names)
 
 
 def real_tokens(forward_batch, rows: int) -> int:
