@@ -2,12 +2,10 @@
 vocabulary without d2t is draft_vocab_map_missing, a d2t that maps two draft ids to one target id is
 draft_vocab_map_invalid, a valid d2t (and a full vocabulary) give neither."""
 
-import glob
-import json
-
 import torch
 
 import eagle_probe
+from eagle_probe.commands.summarize.logread import read_events
 from eagle_probe.observations import Ranks
 from eagle_probe.runtime.state import STATE
 from sglang_cpu.draft_models import eagle3_draft_config, spec_target_config, write_eagle3_draft_checkpoint
@@ -29,7 +27,7 @@ def _vocab_findings(tmp_path, name, draft_vocab, d2t):
         build_sglang_draft(path)
     finally:
         eagle_probe.uninstall()
-    events = [json.loads(line) for file in glob.glob(str(logs / "*")) for line in open(file)]
+    events = read_events([str(logs)])
     [loaded] = [e for e in events if e["event"] == "eagle_probe.draft.loaded"]
     return loaded, {e["code"]: e for e in events if e["event"] == "eagle_probe.finding" and e["code"] in CODES}, \
         target.vocab_size

@@ -7,13 +7,12 @@ for the same weights and tokens.
 Families run here: Llama, Qwen3, Qwen3-MoE, GLM-4-MoE. GPT-OSS does not run on the CPU: its attention passes
 `sinks=` to the attention backend, which `torch_native` does not take (proven by the contract check alone)."""
 
-import json
-import os
 
 import pytest
 import torch
 
 import eagle_probe
+from eagle_probe.commands.summarize.logread import read_events
 from eagle_probe import families, versions
 
 TOKENS = [[5, 9, 17, 33, 2, 71, 8], [3, 4, 5, 6, 100, 31]]
@@ -29,12 +28,7 @@ CASES = {
 
 
 def events(log_dir, name):
-    out = []
-    for file in sorted(os.listdir(log_dir)):
-        if file.endswith(".jsonl"):
-            with open(os.path.join(log_dir, file)) as handle:
-                out += [json.loads(line) for line in handle if line.strip()]
-    return [e for e in out if e["event"] == name]
+    return [e for e in read_events([str(log_dir)]) if e["event"] == name]
 
 
 @pytest.fixture(scope="module", params=sorted(CASES))

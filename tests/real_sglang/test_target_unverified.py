@@ -10,17 +10,14 @@ import sys
 
 import pytest
 
+from eagle_probe.commands.summarize.logread import read_events
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 
 
 def events(log_dir, name):
-    out = []
-    for file in sorted(os.listdir(log_dir)):
-        if file.endswith(".jsonl"):
-            with open(os.path.join(log_dir, file)) as handle:
-                out += [json.loads(line) for line in handle if line.strip()]
-    return [e for e in out if e["event"] == name]
+    return [e for e in read_events([str(log_dir)]) if e["event"] == name]
 
 
 def test_an_untabled_setter_class_is_observed_with_its_rule_unverified(tmp_path):
