@@ -53,15 +53,22 @@ def _claim(release: str, row: "families.Family", what: str, check) -> Claim:
     return Claim(f"{release} family {row.name}: {what}", check)
 
 
+def _own_setter_facts(src: SourceTree, dotted: str):
+    """(SetterFacts of the setter `dotted` defines itself, None), or (None, what is missing)."""
+    node = _own_setter(src, dotted)
+    if node is None:
+        return None, f"{dotted} defines no {SETTER}"
+    return setter_facts(node), None
+
+
 def family_claims(row: "families.Family", release: str) -> List[Claim]:
     """Claims that `row` describes `release`'s source."""
     out: List[Claim] = []
     for dotted in row.classes:
         def setter_check(src, dotted=dotted):
-            node = _own_setter(src, dotted)
-            if node is None:
-                return f"{dotted} defines no {SETTER}"
-            facts = setter_facts(node)
+            facts, missing = _own_setter_facts(src, dotted)
+            if missing:
+                return missing
             wrong = []
             if facts.problems:
                 wrong += facts.problems
@@ -80,10 +87,9 @@ def family_claims(row: "families.Family", release: str) -> List[Claim]:
                           setter_check))
     for dotted in row.delegates:
         def delegate_check(src, dotted=dotted):
-            node = _own_setter(src, dotted)
-            if node is None:
-                return f"{dotted} defines no {SETTER}"
-            facts = setter_facts(node)
+            facts, missing = _own_setter_facts(src, dotted)
+            if missing:
+                return missing
             return None if facts.delegate is not None else f"does not hand the ids on unchanged ({facts.sinks})"
 
         out.append(_claim(release, row, f"{dotted}.{SETTER} hands the ids unchanged to its language model",
