@@ -49,6 +49,11 @@ class Periodic:
         finally:
             self._tick_lock.release()
 
+    def tick_if_due(self):
+        """After an observation off the per-forward path (the target wrapper and the forward counts inline this)."""
+        if self.hot_ticks and self.clock() >= self.next_tick:
+            self.tick()
+
     def on_timer(self):
         self.flush_metrics()
         if self.clock() >= self.next_tick:

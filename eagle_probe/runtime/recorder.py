@@ -112,10 +112,6 @@ class Recorder:
             self._on_serving = None
             self.internal_error("sigterm.install", exc)
 
-    def _tick_if_due(self):
-        if self.periodic.hot_ticks and self.periodic.clock() >= self.periodic.next_tick:
-            self.periodic.tick()
-
     # -- observations -----------------------------------------------------------------------------
 
     def verify_step(self, step):
@@ -124,7 +120,7 @@ class Recorder:
         if self._on_serving is not None:
             self._serving()
         self.observe("verify_step", step)
-        self._tick_if_due()
+        self.periodic.tick_if_due()
 
     def target_forward(self, obs):
         """A target forward the wrapper had not just seen (or every forward under log_every_forward)."""
@@ -132,7 +128,7 @@ class Recorder:
         if self._on_serving is not None:
             self._serving()
         self.observe("target_forward", obs)
-        self._tick_if_due()
+        self.periodic.tick_if_due()
 
     def draft_forward(self, obs):
         """A draft forward the wrapper had not just seen."""
@@ -140,7 +136,7 @@ class Recorder:
         if self._on_serving is not None:
             self._serving()
         self.observe("draft_forward", obs)
-        self._tick_if_due()
+        self.periodic.tick_if_due()
 
     def capture_configured(self, obs):
         self.ensure_ranks()
