@@ -181,6 +181,32 @@ def write_draft_copy(dest: str, layer_ids: Optional[Sequence[int]], source: str 
     return dest
 
 
+HOT_TOKENS = tuple(range(VOCAB - 64, VOCAB))  # the compact draft's vocabulary: every data token (and keys 64, 65)
+
+
+def write_compact_draft(dest: str, layer_ids: Sequence[int], keep_map: bool, source: str = DRAFT_PATH) -> str:
+    """A compact-vocabulary copy of the committed draft, as SpecForge ships drafts for large vocabularies: its own
+    lm_head keeps only the rows of ``HOT_TOKENS`` (``draft_vocab_size`` 64 of the target's 128) and the ``d2t``
+    buffer maps draft id i to target id i + d2t[i]. ``keep_map=False`` writes what a converter that saves only the
+    module's parameters writes: the same lm_head without d2t (SGLang then serves draft ids as target ids)."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    write_draft_copy(dest, layer_ids, source)
+    tensors = load_file(os.path.join(source, "model.safetensors"))
+    hot = torch.tensor(HOT_TOKENS, dtype=torch.long)
+    tensors["lm_head.weight"] = tensors["lm_head.weight"][hot].contiguous()
+    if keep_map:
+        tensors["d2t"] = hot - torch.arange(len(HOT_TOKENS), dtype=torch.long)
+    save_file(tensors, os.path.join(dest, "model.safetensors"))
+    with open(os.path.join(dest, "config.json")) as f:
+        config = json.load(f)
+    config["draft_vocab_size"] = len(HOT_TOKENS)
+    with open(os.path.join(dest, "config.json"), "w") as f:
+        json.dump(config, f, indent=2)
+    return dest
+
+
 def server_args(draft_path: str, num_steps: int = NUM_STEPS) -> List[str]:
     """launch_server args (on top of SGLangServer's CPU base args) for the pair: greedy chain, topk 1."""
     from sglang_cpu.draft_models import spec_server_args
