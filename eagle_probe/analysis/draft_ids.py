@@ -33,17 +33,33 @@ class DraftClass:
     reads_top_level_ids: bool  # falls back to the config's top-level ids when eagle_config has none
     weight_naming: str  # analysis.draft_weights naming of its load_weights
     d2t_exact: bool  # takes d2t only as 'd2t' or '*.d2t' (else any name containing d2t)
+    reads_norm_before_fc: bool  # implements eagle_config / config norm_before_fc
+    since: str  # the first release that has the class
 
 
 DRAFT_CLASSES = {
-    LLAMA: DraftClass(LLAMA, "sglang.srt.models.llama_eagle3", True, False, "llama", False),
-    KIMI: DraftClass(KIMI, "sglang.srt.models.kimi_k25_eagle3", False, True, "kimi", True),
+    LLAMA: DraftClass(LLAMA, "sglang.srt.models.llama_eagle3", True, False, "llama", False, True, "0.5.8"),
+    KIMI: DraftClass(KIMI, "sglang.srt.models.kimi_k25_eagle3", False, True, "kimi", True, False, "0.5.12"),
 }
 
 
 def draft_class(architecture: Optional[str]) -> DraftClass:
     """The row for a class name (Llama's for any other: SGLang's generic EAGLE-3 draft)."""
     return DRAFT_CLASSES.get(architecture or "", DRAFT_CLASSES[LLAMA])
+
+
+def takes_d2t(row: DraftClass, name: str) -> bool:
+    """Whether the class's load_weights takes a checkpoint tensor of this name as its d2t vocabulary map."""
+    return (name == "d2t" or name.endswith(".d2t")) if row.d2t_exact else "d2t" in name
+
+
+def absent_note(model_class: str, absent_modules: Sequence[str], release: Optional[str]) -> Optional[str]:
+    """A note when the release has no module for the draft's class (Kimi's MLA draft before 0.5.12)."""
+    row = DRAFT_CLASSES.get(model_class)
+    if row is None or row.module not in absent_modules:
+        return None
+    return (f"draft: SGLang {release or 'of these rules'} has no {row.name} ({row.module}, from {row.since}): it "
+            f"cannot load this draft; the predictions below assume it could")
 
 
 def _get(container, key):

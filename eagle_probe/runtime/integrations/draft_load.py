@@ -4,7 +4,7 @@ it sized its fc from and where it read them, its fc width, the checkpoint tensor
 vocabulary map (d2t), its embedding against the target's. What differs between the classes is data (the row).
 """
 
-from ...analysis.draft_ids import KEY, draft_class, draft_reads, target_ids
+from ...analysis.draft_ids import KEY, draft_class, draft_reads, takes_d2t, target_ids
 from ...analysis.draft_weights import unconsumed_weights
 from ...analysis.vocab_map import map_problems
 from ...observations import DraftLoaded
@@ -21,17 +21,13 @@ def width(module, *names):
     return None
 
 
-def _is_d2t(name: str, exact: bool) -> bool:
-    return (name == "d2t" or name.endswith(".d2t")) if exact else "d2t" in name
-
-
-def _tap_names(weights, names, kept, exact_d2t):
+def _tap_names(weights, names, kept, row):
     # Pass every (name, tensor) through unchanged; keep the names, and the embedding until load_weights returns.
     for item in weights:
         names.append(item[0])
         if item[0].endswith("embed_tokens.weight"):
             kept["embed"] = item[1]
-        elif _is_d2t(item[0], exact_d2t):  # the vocabulary map, under the names this class takes it by
+        elif takes_d2t(row, item[0]):  # the vocabulary map, under the names this class takes it by
             kept["d2t"] = item[1]
         yield item
 
@@ -90,11 +86,11 @@ def load_weights_wrapper_for(where: str):
         if not STATE.active:
             return wrapped(*args, **kwargs)
         names, kept = [], {}
-        exact = draft_class(type(instance).__name__).d2t_exact
+        row = draft_class(type(instance).__name__)
         if args:
-            args = (_tap_names(args[0], names, kept, exact),) + tuple(args[1:])
+            args = (_tap_names(args[0], names, kept, row),) + tuple(args[1:])
         elif "weights" in kwargs:
-            kwargs = dict(kwargs, weights=_tap_names(kwargs["weights"], names, kept, exact))
+            kwargs = dict(kwargs, weights=_tap_names(kwargs["weights"], names, kept, row))
         result = wrapped(*args, **kwargs)
         try:
             _observe_loaded(instance, names, kept)
