@@ -106,6 +106,10 @@ class DraftLoaded:
     target_vocab_size: Optional[int] = None  # the config's vocab_size: the target's vocabulary the draft serves
     d2t_size: Optional[int] = None  # entries of the checkpoint's d2t map (None: the checkpoint has none)
     d2t_problems: Optional[dict] = None  # analysis.vocab_map.map_problems of that map (None: not computed)
+    # The ids the draft class sized its fc from and where it read them (analysis.draft_ids: eagle_config,
+    # top_level, num_aux_hidden_states, default); eagle_layer_ids above are the ones the target is given.
+    ids_read: Optional[Tuple[int, ...]] = None
+    ids_read_from: str = ""
 
 
 class DraftForward(NamedTuple):

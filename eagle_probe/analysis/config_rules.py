@@ -17,6 +17,7 @@ from ..versions import VersionRules
 from .draft_rules import draft_input_findings, ids_for_capture, layer_mismatch_findings
 from .findings import (DRAFT_WEIGHTS_DROPPED, FC_WIDTH_MISMATCH, PP_STAGE_NO_CAPTURE, TBO_CAPTURE_LOST,
                        _finding, _labels, capture_config_findings, graph_eager_findings)
+from .draft_ids import KEY, draft_class, draft_reads, ids_differ_finding
 from .layers import LayerSplit, apply_capture_rule, capture_label, default_layer_ids, split_layers
 
 EAGLE3, EAGLE = "EAGLE3", "EAGLE"
@@ -40,11 +41,18 @@ class DraftSpec:
     model_class: str
     hidden_size: int
     target_hidden_size: Optional[int] = None
-    layer_ids: Optional[Tuple[int, ...]] = None  # eagle_aux_hidden_state_layer_ids; None: SGLang's defaults
+    layer_ids: Optional[Tuple[int, ...]] = None  # eagle_config's eagle_aux_hidden_state_layer_ids (the target's);
+    # None: SGLang's defaults
     num_aux_hidden_states: Optional[int] = None
     use_aux_hidden_state: bool = True
     norm_before_fc: bool = False
     fc_norm: bool = False
+    top_level_ids: Optional[Tuple[int, ...]] = None  # the config's top-level ids (only Kimi's MLA draft reads them)
+
+    def ids_read(self) -> Tuple[Optional[Tuple[int, ...]], str, int]:
+        """(ids the draft class sizes its fc from, where from, its aux count): analysis.draft_ids."""
+        return draft_reads(draft_class(self.model_class), {KEY: list(self.layer_ids)} if self.layer_ids else {},
+                           self.top_level_ids, self.num_aux_hidden_states)
 
     @property
     def input_hidden_size(self) -> int:
@@ -91,11 +99,7 @@ def _v4_draft(rules: VersionRules) -> bool:
 def sglang_num_aux(draft: DraftSpec, rules: VersionRules) -> int:
     if not _v4_draft(rules):
         return 3
-    if draft.num_aux_hidden_states:
-        return draft.num_aux_hidden_states
-    if draft.layer_ids:
-        return len(draft.layer_ids)
-    return 3
+    return draft.ids_read()[2]
 
 
 def last_stage_range(num_layers: int, pp_size: int, partition: Optional[Sequence[int]] = None) -> Tuple[int, int]:
@@ -231,6 +235,12 @@ def config_findings(target: TargetSpec, draft: DraftSpec, rules: VersionRules, l
             out.extend(pp_findings(cls, p, pred.stage_range, launch.pp_size, n))
         for p in pred.paths:
             out.extend(tbo_findings(cls, p))
+        ids, source, _ = draft.ids_read()
+        if ids is not None:
+            named, _ = apply_capture_rule(rules.capture_id_rule, ids, n, target.family)
+            differ = ids_differ_finding(draft.model_class, ids, source, draft.layer_ids, named, eager.configured, n)
+            if differ is not None:
+                out.append(_with_context(differ, "(predicted) ", path="eager"))
         if trained_hf is not None:
             groups = {}
             for p in base:
@@ -270,7 +280,13 @@ def config_findings(target: TargetSpec, draft: DraftSpec, rules: VersionRules, l
                 prefix = f"(predicted, {p.name}) "
             out.append(_with_context(f, prefix, path=p.name))
 
-    # Draft config that this release ignores.
+    # Draft config that this release (or this draft class) ignores.
+    if draft.norm_before_fc and not draft_class(draft.model_class).reads_norm_before_fc:
+        out.append(_finding(
+            DRAFT_WEIGHTS_DROPPED,
+            f"{draft.model_class}: the draft config sets norm_before_fc, which this draft class does not implement; "
+            f"a checkpoint's norm-before-fc weights are dropped and the draft runs without them.",
+            options=["norm_before_fc"]))
     if not _v4_draft(rules):
         declared = draft.num_aux_hidden_states
         if declared is not None and declared != 3:

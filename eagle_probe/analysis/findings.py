@@ -39,6 +39,7 @@ FC_WIDTH_MISMATCH = "fc_width_mismatch"
 FC_SKIPPED = "fc_skipped"
 DRAFT_WEIGHTS_DROPPED = "draft_weights_dropped"
 DRAFT_EMBEDDING_REPLACED = "draft_embedding_replaced"
+DRAFT_TARGET_IDS_DIFFER = "draft_target_ids_differ"
 PP_STAGE_NO_CAPTURE = "pp_stage_no_capture"
 ACCEPTANCE_COLLAPSE = "acceptance_collapse"
 # Values (fingerprints of the aux slots).
@@ -72,6 +73,9 @@ CODES = {
                         "(e.g. an EAGLE-3 draft under --speculative-algorithm EAGLE)"),
     DRAFT_WEIGHTS_DROPPED: (WARNING, "checkpoint weights of the draft that SGLang dropped without a word"),
     DRAFT_EMBEDDING_REPLACED: (WARNING, "the draft's own embedding or lm_head is replaced by the target's"),
+    DRAFT_TARGET_IDS_DIFFER: (ERROR, "the draft sizes its fc from layer ids the target is not given (e.g. Kimi-K2.5's "
+                                     "MLA draft reads top-level ids, the target only eagle_config's), and the "
+                                     "target captures other layers than those ids name"),
     PP_STAGE_NO_CAPTURE: (WARNING, "capture ids on pipeline stages other than the last are never captured"),
     ACCEPTANCE_COLLAPSE: (ERROR, "observed mean acceptance length stays far under the expected one"),
     AUX_NONFINITE: (ERROR, "an aux slot carries NaN or Inf values"),
@@ -93,7 +97,7 @@ CODES = {
 # Codes that mean the draft is fed other layers or shapes than it expects (the dashboards' mismatch panel and
 # alert select on these).
 MISMATCH_CODES = (LAYER_MISMATCH, FC_WIDTH_MISMATCH, AUX_COUNT_MISMATCH, GRAPH_EAGER_LAYER_MISMATCH,
-                  CAPTURE_ID_UNREACHABLE, FC_SKIPPED, PP_STAGE_NO_CAPTURE)
+                  CAPTURE_ID_UNREACHABLE, FC_SKIPPED, PP_STAGE_NO_CAPTURE, DRAFT_TARGET_IDS_DIFFER)
 
 
 def _labels(indices: Sequence[int], num_layers: Optional[int] = None, final_capturable: bool = False) -> str:

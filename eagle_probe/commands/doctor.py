@@ -13,7 +13,7 @@ from typing import List, Optional, Tuple
 from ..analysis.config_rules import (EAGLE, EAGLE3, DraftSpec, LaunchSpec, TargetSpec, config_findings,
                                     fix_for, predict)
 from ..analysis.findings import ERROR
-from ..analysis import layers
+from ..analysis import draft_ids, layers
 from ..analysis.layers import TRAINED_LAYERS_HELP, capture_label
 from .json_files import read_json_object, shown as _shown
 from .output import emit, finding_line, fix_lines
@@ -120,16 +120,16 @@ def _ids(value, file: str, key: str) -> Optional[Tuple[int, ...]]:
     return tuple(value)
 
 
-def _draft_ids(data: dict, eagle: dict, file: str) -> Optional[Tuple[int, ...]]:
-    """The draft's capture ids, from eagle_config or the top level; SGLang's model classes differ in which
-    they read, so the two must not disagree."""
+def _draft_ids(data: dict, eagle: dict, file: str) -> Tuple[Optional[Tuple[int, ...]], Optional[Tuple[int, ...]]]:
+    """(eagle_config's ids, the top-level ids). The target reads only the first; Kimi's MLA draft falls back to the
+    second to size its fc (analysis.draft_ids), so the two must not disagree."""
     nested = _ids(eagle.get("eagle_aux_hidden_state_layer_ids"), file, "eagle_config.eagle_aux_hidden_state_layer_ids")
     top = _ids(data.get("eagle_aux_hidden_state_layer_ids"), file, "eagle_aux_hidden_state_layer_ids")
     if nested is not None and top is not None and nested != top:
         raise DoctorInputError(f"draft config {file}: keys 'eagle_config.eagle_aux_hidden_state_layer_ids' "
                                f"{list(nested)} and 'eagle_aux_hidden_state_layer_ids' {list(top)} disagree "
                                f"(SGLang's model classes read one or the other); keep one")
-    return top if nested is None else nested
+    return nested, top
 
 
 def parse_draft(data: dict, file: str) -> Tuple[DraftSpec, List[str]]:
@@ -148,11 +148,14 @@ def parse_draft(data: dict, file: str) -> Tuple[DraftSpec, List[str]]:
             f"draft config {file}: not an EAGLE-3 draft: key 'architectures' is {archs!r} (expected e.g. "
             f"LlamaForCausalLMEagle3 or Eagle3DeepseekV2ForCausalLM) and there is no 'eagle_config'")
     hidden = _int(data, "hidden_size", file, "draft")
-    ids = _draft_ids(data, eagle, file)
+    ids, top = _draft_ids(data, eagle, file)
     if ids is None:
-        notes.append("draft: no eagle_aux_hidden_state_layer_ids: SGLang uses its defaults [2, n//2, n-3]")
-    elif not ids:
-        raise DoctorInputError(f"draft config {file}: key 'eagle_config.eagle_aux_hidden_state_layer_ids' is empty")
+        notes.append("draft: no eagle_config.eagle_aux_hidden_state_layer_ids: the target captures its defaults"
+                     + ("" if top is None else f" (the top-level ids {list(top)} are not read by the target)"))
+    named = {"eagle_config.eagle_aux_hidden_state_layer_ids": ids, "eagle_aux_hidden_state_layer_ids": top}
+    for key, value in named.items():
+        if value == ():
+            raise DoctorInputError(f"draft config {file}: key '{key}' is empty")
     spec = DraftSpec(
         model_class=model_class, hidden_size=hidden,
         target_hidden_size=_int(data, "target_hidden_size", file, "draft", required=False),
@@ -162,6 +165,7 @@ def parse_draft(data: dict, file: str) -> Tuple[DraftSpec, List[str]]:
         norm_before_fc=_bool(eagle, "norm_before_fc", file, "eagle_config.",
                              _bool(data, "norm_before_fc", file, "", False)),
         fc_norm=_bool(data, "fc_norm", file, "", False) or _bool(data, "use_aux_norm", file, "", False),
+        top_level_ids=top,
     )
     return spec, notes
 
@@ -215,6 +219,8 @@ def diagnose(target_path: str, draft_path: str, sglang_version: Optional[str] = 
                                   family=resolved.family)
     draft, dnotes = parse_draft(draft_data, draft_file)
     notes += tnotes + dnotes + ([resolved.note] if resolved.note else [])
+    absent = draft_ids.absent_note(draft.model_class, rules.absent_modules, sglang_version)
+    notes += [absent] if absent else []
     if not resolved.served:
         return _not_served(sglang_version, rules, target, target_file, draft, draft_file, resolved, notes)
     if pp_size > target.num_layers:
@@ -251,6 +257,8 @@ def diagnose(target_path: str, draft_path: str, sglang_version: Optional[str] = 
                   "eagle_aux_hidden_state_layer_ids": None if draft.layer_ids is None else list(draft.layer_ids),
                   "num_aux_hidden_states": draft.num_aux_hidden_states,
                   "use_aux_hidden_state": draft.use_aux_hidden_state,
+                  "top_level_layer_ids": None if draft.top_level_ids is None else list(draft.top_level_ids),
+                  "ids_read_from": draft.ids_read()[1],
                   "sglang_num_aux": pred.num_aux, "fc_in_width": pred.fc_in_width},
         "launch": {"speculative_algorithm": algorithm, "cuda_graph": cuda_graph, "two_batch_overlap": tbo,
                    "pp_size": pp_size, "last_stage_layers": list(pred.stage_range)},
@@ -309,8 +317,9 @@ def render_text(result: dict) -> str:
         out += [finding_line(f) for f in result["findings"]] + [f"note: {n}" for n in result["notes"]]
         return "\n".join(out + ["result: 1 error(s), 0 warning(s)"])
     out += [f"draft   {d['file']}: {d['model_class']}, hidden {d['hidden_size']}, target_hidden_size "
-            f"{d['target_hidden_size']}, eagle_aux_hidden_state_layer_ids {d['eagle_aux_hidden_state_layer_ids']}, "
-            f"fc takes {d['sglang_num_aux']} x {d['target_hidden_size'] or d['hidden_size']} = {d['fc_in_width']}",
+            f"{d['target_hidden_size']}, eagle_aux_hidden_state_layer_ids {d['eagle_aux_hidden_state_layer_ids']}"
+            + (f" (top level {d['top_level_layer_ids']}: the draft's)" if d["ids_read_from"] == "top_level" else "")
+            + f", fc takes {d['sglang_num_aux']} x {d['target_hidden_size'] or d['hidden_size']} = {d['fc_in_width']}",
             f"launch  --speculative-algorithm {la['speculative_algorithm']}, CUDA graphs "
             f"{'on' if la['cuda_graph'] else 'off'}, two-batch-overlap {'on' if la['two_batch_overlap'] else 'off'}, "
             f"pp {la['pp_size']}" + (f" (last stage layers {la['last_stage_layers']})" if la["pp_size"] > 1 else "")]

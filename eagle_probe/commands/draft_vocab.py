@@ -7,6 +7,7 @@ analysis.vocab_map's, the same the running probe applies at load time.
 import os
 from typing import List, Optional, Tuple
 
+from ..analysis.draft_ids import draft_class, takes_d2t
 from ..analysis.vocab_map import needs_map, vocab_map_findings
 from .json_files import shown as _shown
 from .safetensors_header import find_tensor, read_header, read_integer_vector
@@ -15,13 +16,9 @@ NESTED_TEXT_KEYS = ("text_config", "language_config", "llm_config")
 
 
 def is_d2t(name: str) -> bool:
-    """SGLang's Llama EAGLE-3 loader takes any tensor whose name contains d2t (llama_eagle3.py); t2d is skipped."""
+    """A candidate for the map: any name containing d2t (what the Llama loader takes; analysis.draft_ids.takes_d2t
+    says whether the draft's class takes it)."""
     return "d2t" in name
-
-
-def kimi_takes(name: str) -> bool:
-    """Eagle3DeepseekV2ForCausalLM (kimi_k25_eagle3.py) takes only the exact name or a '.d2t' suffix."""
-    return name == "d2t" or name.endswith(".d2t")
 
 
 def _vocab(data: dict, key: str, file: str, what: str, error: type) -> Optional[int]:
@@ -73,7 +70,7 @@ def check_draft_vocab(draft_path: str, draft_file: str, draft_data: dict, target
     found = find_tensor(files, headers, is_d2t)
     where = f"the checkpoint ({draft_dir}, {len(files)} safetensors file(s))"
     d2t = None
-    if found is not None and "deepseek" in model_class.lower() and not kimi_takes(found[1]):
+    if found is not None and not takes_d2t(draft_class(model_class), found[1]):
         notes.append(f"draft: {model_class} loads d2t only under the name 'd2t' or '*.d2t'; the checkpoint's "
                      f"{found[1]!r} is ignored by SGLang, so the map counts as missing")
         found = None

@@ -46,7 +46,7 @@ FAULTS_A = {
     "integrations.target_forward._after_forward:3": {"target.forward.after": 3},
     "integrations.targets._observe_capture_config": {"target.set_eagle3_layers_to_capture": None},
     "integrations.llama_eagle3._observe_draft_forward": {"llama_eagle3.forward": None},
-    "integrations.llama_eagle3._observe_loaded": {"llama_eagle3.load_weights": 1},
+    "integrations.draft_load._observe_loaded": {"llama_eagle3.load_weights": 1},
     "values.fingerprint.Fingerprinter.queue": {"target.fingerprint": None, "llama_eagle3.fingerprint": None},
     "values.dumps.DumpWriter._write": {"dumps.write": 1},
     "sinks.metrics.MetricsSink.forward_shapes": {"metrics.forward_shapes": None},

@@ -8,7 +8,8 @@ import eagle_probe
 from eagle_probe.commands.summarize.logread import read_events
 from eagle_probe.observations import Ranks
 from eagle_probe.runtime.state import STATE
-from sglang_cpu.draft_models import eagle3_draft_config, spec_target_config, write_eagle3_draft_checkpoint
+from sglang_cpu.draft_models import (DEFAULT_LAYER_IDS, eagle3_draft_config, spec_target_config,
+                                     write_eagle3_draft_checkpoint)
 from sglang_cpu.draft_runner import build_sglang_draft
 
 CODES = ("draft_vocab_map_missing", "draft_vocab_map_invalid")
@@ -36,6 +37,9 @@ def _vocab_findings(tmp_path, name, draft_vocab, d2t):
 def test_reduced_vocabulary_without_d2t_is_named(tmp_path):
     loaded, found, vocab = _vocab_findings(tmp_path, "missing", 64, None)
     assert loaded["d2t_size"] is None and loaded["target_vocab_size"] == vocab
+    # the ids the Llama draft sized its fc from: eagle_config's (the same the target is given)
+    assert loaded["ids_read"] == list(DEFAULT_LAYER_IDS) == loaded["eagle_layer_ids"]
+    assert loaded["ids_read_from"] == "eagle_config" and loaded["num_aux"] == len(DEFAULT_LAYER_IDS)
     assert set(found) == {"draft_vocab_map_missing"}
     assert found["draft_vocab_map_missing"]["severity"] == "error"
     assert str(vocab - 64) in found["draft_vocab_map_missing"]["message"]

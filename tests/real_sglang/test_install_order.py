@@ -17,6 +17,7 @@ assert eagle_probe.patched_targets() == [], "nothing is patched before SGLang is
 from sglang_cpu import shims; shims.apply()
 import sglang.srt.models.deepseek_v2 as ds
 import sglang.srt.models.llama_eagle3  # the draft's module, as a speculative server imports it
+import sglang.srt.models.kimi_k25_eagle3  # Kimi-K2.5's MLA draft's module (0.5.12+)
 import sglang.srt.model_executor.model_runner as mr
 print(json.dumps({"targets": eagle_probe.patched_targets(),
                   "forward_wrapped": hasattr(ds.DeepseekV2Model.__dict__["forward"], "__wrapped__"),
@@ -34,6 +35,7 @@ def test_install_before_and_after_import_patch_the_same_targets():
     import sglang.srt.model_executor.model_runner  # noqa: F401
     import sglang.srt.models.deepseek_v2 as ds
     import sglang.srt.models.llama_eagle3  # noqa: F401  (imported by earlier tests or not: the same either way)
+    import sglang.srt.models.kimi_k25_eagle3  # noqa: F401  (likewise)
 
     eagle_probe.uninstall()
     assert eagle_probe.install(env={})
@@ -45,3 +47,4 @@ def test_install_before_and_after_import_patch_the_same_targets():
     assert before["forward_wrapped"] and before["load_model_wrapped"]
     assert before["targets"] == after
     assert "sglang.srt.models.deepseek_v2.DeepseekV2Model.forward" in after
+    assert "sglang.srt.models.kimi_k25_eagle3.Eagle3DeepseekV2ForCausalLM.load_weights" in after

@@ -9,6 +9,7 @@ from typing import Dict, List, Tuple
 
 from ... import versions
 from ...versions import RANKS_RUNTIME_CONTEXT, V1_WORKER, VersionRules
+from .draft_claims import KIMI_MODULE, draft_id_claims
 from .claims import Claim, absent, body_check, dataclass_field, defines, env_default, module_mentions, sets_attributes
 from .rule_checks import (assigns_result_field, aux_list_test, aux_packed_test, calls_name, capture_rule_test,
                           default_ids_test, embedding_capturable_test, embedding_not_capturable_test,
@@ -29,6 +30,7 @@ EXPECTED_PARAMS: Dict[str, Tuple[str, ...]] = {
     "sglang.srt.models.llama_eagle3.LlamaForCausalLMEagle3.load_weights": ("weights",),
     "sglang.srt.models.kimi_k25_eagle3.Eagle3MLAModel.forward": ("input_ids", "positions", "forward_batch",
                                                                  "input_embeds"),
+    "sglang.srt.models.kimi_k25_eagle3.Eagle3DeepseekV2ForCausalLM.load_weights": ("weights",),
     "sglang.srt.models.registry._ModelRegistry.resolve_model_cls": ("architectures",),
 }
 # Targets found at load time (integrations/targets.py, Integration.expand): by method name.
@@ -109,6 +111,7 @@ def _rule_claims(rules: VersionRules) -> List[Claim]:
     out.append(module_mentions("sglang.srt.models.llama_eagle3", "num_aux_hidden_states", rules.draft_reads_num_aux,
                                "the EAGLE-3 draft sizes fc by num_aux_hidden_states" if rules.draft_reads_num_aux
                                else "the EAGLE-3 draft sizes fc for 3 aux states (num_aux_hidden_states not read)"))
+    out += draft_id_claims(KIMI_MODULE not in rules.absent_modules)
     return out
 
 

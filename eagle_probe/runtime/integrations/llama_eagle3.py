@@ -2,32 +2,23 @@
 
 Wraps the inner draft model forward (what came in from the target, and whether fc ran: SGLang skips it
 silently when the incoming width equals the embedding width), for llama_eagle3 and, in releases that have
-it, Kimi-K2.5's MLA draft; and LlamaForCausalLMEagle3.load_weights (which drops unknown tensors silently).
+it (0.5.12+), Kimi-K2.5's MLA draft; and both classes' load_weights (draft_load: the load-time facts, e.g.
+the tensors their loaders drop silently).
 """
 
 import weakref
 
-from ...analysis.draft_weights import unconsumed_weights
-from ...analysis.vocab_map import map_problems
-from ...observations import DraftForward, DraftLoaded
+from ...observations import DraftForward
 from ..state import STATE
 from ..patcher import Integration, PatchTarget
 from ..parts.draft import SELF_FED_DRAFT_MODES
 from ..parts.forwards import draft_count_key
-from ..values.embedding_check import compare_with_target
 from ..values.sampler import SampleContext, deliver_ready, real_tokens, sampled_mode
 from ..context.graph_capture import is_capturing
+from .draft_load import load_weights_wrapper_for, width as _width
 
 LLAMA_EAGLE3 = "sglang.srt.models.llama_eagle3"
 KIMI_EAGLE3 = "sglang.srt.models.kimi_k25_eagle3"
-
-
-def _width(module, *names):
-    for name in names:
-        value = getattr(module, name, None)
-        if isinstance(value, int):
-            return value
-    return None
 
 
 class _DraftStatic:
@@ -140,82 +131,19 @@ def draft_forward_wrapper(wrapped, instance, args, kwargs):
     return result
 
 
-def _tap_names(weights, names, kept):
-    # Pass every (name, tensor) through unchanged; keep the names, and the embedding until load_weights returns.
-    for item in weights:
-        names.append(item[0])
-        if item[0].endswith("embed_tokens.weight"):
-            kept["embed"] = item[1]
-        elif "d2t" in item[0]:  # the vocabulary map, as SGLang takes it (any name containing d2t)
-            kept["d2t"] = item[1]
-        yield item
-
-
-def _observe_loaded(instance, names, kept):
-    config = instance.config
-    inner = instance.model
-    eagle_config = getattr(config, "eagle_config", None) or {}
-    ids = eagle_config.get("eagle_aux_hidden_state_layer_ids")
-    fc = getattr(inner, "fc", None)
-    dropped, ignored = unconsumed_weights(names, [n for n, _ in instance.named_parameters()])
-    embed_rel_diff, embed_compare = None, ""
-    if "embed" in kept:
-        try:
-            embed_rel_diff, embed_compare = compare_with_target(kept.pop("embed"))
-        except Exception as exc:  # an unreadable target file: say so, never fail the load
-            embed_compare = f"not compared: {type(exc).__name__}: {exc}"[:300]
-    draft_vocab, target_vocab = getattr(config, "draft_vocab_size", None), getattr(config, "vocab_size", None)
-    d2t = kept.pop("d2t", None)
-    problems = None
-    if d2t is not None and not d2t.is_cuda and isinstance(target_vocab, int):  # a CPU copy: no device sync
-        problems = map_problems(d2t.tolist(), draft_vocab, target_vocab)
-    STATE.recorder.draft_loaded(DraftLoaded(
-        model_class=type(instance).__name__,
-        eagle_layer_ids=None if ids is None else tuple(int(i) for i in ids),
-        use_aux_hidden_state=eagle_config.get("use_aux_hidden_state"),
-        target_hidden_size=getattr(config, "target_hidden_size", None),
-        draft_hidden_size=getattr(config, "hidden_size", None),
-        num_aux=_width(inner, "num_aux_hidden_states"),
-        fc_in=_width(fc, "in_features", "input_size") if fc is not None else None,
-        fc_out=_width(fc, "out_features", "output_size") if fc is not None else None,
-        norm_before_fc=getattr(inner, "input_norm", None) is not None,
-        fc_norm=getattr(inner, "fc_norm", None) is not None,
-        norm_output=bool(getattr(inner, "norm_output", False)),
-        draft_vocab_size=draft_vocab,
-        lm_head_from_target=bool(getattr(instance, "load_lm_head_from_target", False)),
-        checkpoint_tensors=len(names),
-        dropped=dropped, ignored=ignored,
-        embed_in_checkpoint=any(n.endswith("embed_tokens.weight") for n in names),
-        lm_head_in_checkpoint=any(n.endswith("lm_head.weight") for n in names),
-        embed_rel_diff=embed_rel_diff, embed_compare=embed_compare,
-        target_vocab_size=target_vocab, d2t_size=None if d2t is None else int(d2t.numel()), d2t_problems=problems,
-    ))
-
-
-def load_weights_wrapper(wrapped, instance, args, kwargs):
-    if not STATE.active:
-        return wrapped(*args, **kwargs)
-    names, kept = [], {}
-    if args:
-        args = (_tap_names(args[0], names, kept),) + tuple(args[1:])
-    elif "weights" in kwargs:
-        kwargs = dict(kwargs, weights=_tap_names(kwargs["weights"], names, kept))
-    result = wrapped(*args, **kwargs)
-    try:
-        _observe_loaded(instance, names, kept)
-    except Exception as exc:
-        STATE.report_error("llama_eagle3.load_weights", exc)
-    return result
-
-
 INTEGRATION = Integration("llama_eagle3", (
     PatchTarget(LLAMA_EAGLE3, "LlamaModel.forward", draft_forward_wrapper, inner_forward=True,
                 observes="draft forward events (incoming aux width, fc ran or skipped) and fc findings"),
-    PatchTarget(LLAMA_EAGLE3, "LlamaForCausalLMEagle3.load_weights", load_weights_wrapper,
+    PatchTarget(LLAMA_EAGLE3, "LlamaForCausalLMEagle3.load_weights",
+                load_weights_wrapper_for("llama_eagle3.load_weights"),
                 observes="draft config facts and checkpoint weights no parameter takes"),
 ), reset=reset)
 
 KIMI_INTEGRATION = Integration("kimi_k25_eagle3", (
     PatchTarget(KIMI_EAGLE3, "Eagle3MLAModel.forward", draft_forward_wrapper, inner_forward=True,
                 observes="Kimi-K2.5 draft forward events (incoming aux width, fc ran or skipped)"),
+    PatchTarget(KIMI_EAGLE3, "Eagle3DeepseekV2ForCausalLM.load_weights",
+                load_weights_wrapper_for("kimi_k25_eagle3.load_weights"),
+                observes="Kimi-K2.5 draft load-time facts: ids read (top-level fallback), fc width, dropped "
+                         "checkpoint tensors, vocabulary map"),
 ), reset=reset)

@@ -1,7 +1,7 @@
 """The EAGLE-3 draft: its load-time facts (configuration, checkpoint, embedding), the widths it is fed, and the ids
 its config names against what the target captured (and the trained layers, when given)."""
 
-from ...analysis import draft_rules
+from ...analysis import draft_ids, draft_rules
 from ...analysis import findings as rules_mod
 from ...analysis.layers import apply_capture_rule, parse_trained_layers
 from ...analysis.vocab_map import load_findings
@@ -83,3 +83,9 @@ class DraftFacts(Part):
                                                        captured, target.num_layers)
         if finding is not None:
             self.out.finding(finding, "draft")
+        if draft.ids_read is not None:  # the ids the draft sized its fc from, when the target was given others
+            named, _ = apply_capture_rule(self.rules.capture_id_rule, draft.ids_read, target.num_layers, row)
+            finding = draft_ids.ids_differ_finding(draft.model_class, draft.ids_read, draft.ids_read_from,
+                                                   target.requested_ids, named, captured, target.num_layers)
+            if finding is not None:
+                self.out.finding(finding, "draft")
