@@ -13,6 +13,7 @@ and a step whose requests had all finished is not a verify step.
 """
 
 from operator import attrgetter
+from time import time as _now
 
 from ... import versions
 from ..context import sglang_context
@@ -85,6 +86,9 @@ def _v1_wrapper(target: str, site: str):
         if STATE.active:
             try:
                 _record(getattr(output[1], _field(target)), _draft_positions(instance), target)
+                coverage = STATE.recorder.coverage
+                if coverage is not None and _now() >= coverage.next_due and coverage.due():
+                    coverage.add_device(output[1].verified_id)  # the committed tokens, still on the device
             except Exception as exc:
                 STATE.report_error(site, exc)
         return output
@@ -102,6 +106,9 @@ def _v2_wrapper(target: str, site: str):
                 live = _live(getattr(result, _field(target)), batch.reqs)
                 if live:
                     _record(live, _draft_positions(instance, result), target)
+                    coverage = STATE.recorder.coverage
+                    if coverage is not None and _now() >= coverage.next_due and coverage.due():
+                        coverage.add_lists(_live(output, batch.reqs))  # the committed tokens, host lists
             except Exception as exc:
                 STATE.report_error(site, exc)
         return output

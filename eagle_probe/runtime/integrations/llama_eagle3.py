@@ -8,8 +8,9 @@ it, Kimi-K2.5's MLA draft; and LlamaForCausalLMEagle3.load_weights (which drops 
 import weakref
 
 from ...analysis.draft_weights import unconsumed_weights
+from ...analysis.vocab_coverage import hot_ids
 from ...analysis.vocab_map import map_problems
-from ...observations import DraftForward, DraftLoaded
+from ...observations import DraftForward, DraftLoaded, DraftVocabulary
 from ..state import STATE
 from ..patcher import Integration, PatchTarget
 from ..parts.draft import SELF_FED_DRAFT_MODES
@@ -166,9 +167,11 @@ def _observe_loaded(instance, names, kept):
             embed_compare = f"not compared: {type(exc).__name__}: {exc}"[:300]
     draft_vocab, target_vocab = getattr(config, "draft_vocab_size", None), getattr(config, "vocab_size", None)
     d2t = kept.pop("d2t", None)
-    problems = None
-    if d2t is not None and not d2t.is_cuda and isinstance(target_vocab, int):  # a CPU copy: no device sync
-        problems = map_problems(d2t.tolist(), draft_vocab, target_vocab)
+    problems = offsets = None
+    if d2t is not None and not d2t.is_cuda:  # a CPU copy: no device sync
+        offsets = d2t.tolist()
+        if isinstance(target_vocab, int):
+            problems = map_problems(offsets, draft_vocab, target_vocab)
     STATE.recorder.draft_loaded(DraftLoaded(
         model_class=type(instance).__name__,
         eagle_layer_ids=None if ids is None else tuple(int(i) for i in ids),
@@ -190,6 +193,10 @@ def _observe_loaded(instance, names, kept):
         embed_rel_diff=embed_rel_diff, embed_compare=embed_compare,
         target_vocab_size=target_vocab, d2t_size=None if d2t is None else int(d2t.numel()), d2t_problems=problems,
     ))
+    if d2t is None or offsets is not None:  # a map on a device is not read: coverage then stays unknown
+        kind, ids = hot_ids(draft_vocab, target_vocab, offsets)
+        STATE.recorder.observe("draft_vocabulary", DraftVocabulary(
+            type(instance).__name__, draft_vocab, target_vocab, kind, ids))
 
 
 def load_weights_wrapper(wrapped, instance, args, kwargs):
