@@ -60,8 +60,8 @@ def describe_map(kind: str, hot_size: Optional[int], draft_vocab_size: Optional[
     if kind == MAP_FULL:
         return "the target's whole vocabulary"
     if kind == MAP_NONE:
-        return f"no d2t: draft ids used as target ids 0..{draft_vocab_size - 1}"
-    return f"{hot_size} target ids through d2t"
+        return f"no d2t: draft ids used as target ids 0..{draft_vocab_size - 1}" if draft_vocab_size else "no d2t"
+    return f"{hot_size} target ids through d2t" if kind == MAP_D2T else "the draft's vocabulary"
 
 
 def length_cap(coverage: float, positions: Optional[int] = None) -> Optional[float]:

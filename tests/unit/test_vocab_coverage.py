@@ -236,3 +236,59 @@ def test_part_silent_for_a_full_vocabulary_and_off_at_zero():
     off, _, _, _ = make(coverage_interval_s=0)
     assert off.coverage is None
     off.observe("draft_vocabulary", DraftVocabulary("X", None, 256, V.MAP_FULL, None))  # nothing breaks
+
+
+# ------------------------------------------------------------------------------------------------ summarize
+
+from tests.unit.test_summarize_training import RANK, acceptance, healthy_run, summarize  # noqa: E402
+
+
+def coverage_event(in_vocab, total, map_kind="d2t", hot=32000, draft_vocab=32000, target_vocab=128256):
+    return dict(RANK, event="eagle_probe.draft.vocab_coverage", role="target", in_vocab=in_vocab,
+                verified_tokens=total, coverage=in_vocab / total, map=map_kind, hot_vocab_size=hot,
+                draft_vocab_size=draft_vocab, target_vocab_size=target_vocab)
+
+
+def test_summarize_shows_coverage_and_no_finding_when_it_is_high(tmp_path, capsys):
+    events = healthy_run() + [acceptance([0.75, 0.6, 0.45]), coverage_event(100, 120), coverage_event(970, 1000)]
+    report = summarize(tmp_path, capsys, events)
+    section = report["draft_vocab_coverage"]
+    assert section["coverage"] == 0.97 and (section["in_vocab"], section["verified_tokens"]) == (970, 1000)
+    [row] = section["ranks"]
+    assert row["mean_accept_length_cap"] == pytest.approx(4.0)  # min(1 / 0.03, 3 positions + 1)
+    assert DRAFT_VOCAB_COVERAGE_LOW not in {f["code"] for f in report["findings"]}
+    text = summarize(tmp_path, capsys, events, fmt="text")
+    assert "draft vocabulary coverage: 0.970 (970 of 1000 sampled verified tokens inside 32000 target ids " \
+           "through d2t); caps the mean accept length at 4.00" in text
+
+
+def test_summarize_names_low_coverage_as_the_cause_of_acceptance_below_training(tmp_path, capsys):
+    # served 0.5 / 0.25 / 0.1 against a promise of 0.8 per position: below; the coverage 0.6 caps L at 2.5
+    events = healthy_run() + [acceptance([0.5, 0.25, 0.1]), coverage_event(600, 1000)]
+    report = summarize(tmp_path, capsys, events, "--draft-accuracy", "0.8")
+    codes = [f["code"] for f in report["findings"]]
+    assert DRAFT_VOCAB_COVERAGE_LOW in codes and "acceptance_below_training" not in codes
+    assert report["training"]["explained_by"] == [DRAFT_VOCAB_COVERAGE_LOW]
+    text = summarize(tmp_path, capsys, events, "--draft-accuracy", "0.8", fmt="text")
+    assert "findings that may explain the shortfall: draft_vocab_coverage_low" in text
+    assert "FINDING draft_vocab_coverage_low [warning]" in text
+
+
+def test_summarize_binding_coverage_explains_a_shortfall_only_at_the_cap(tmp_path, capsys):
+    # coverage 213 / 250 = 0.852 is not low beyond chance (upper bound 0.92) but caps L at 6.76; the promise of 0.95
+    # per position over 7 positions is L = 6.53
+    at_cap = [0.85, 0.75, 0.65, 0.55, 0.45, 0.4, 0.35]  # L = 5.0: 80 % of the tokens accepted drafts (>= 0.9 * 0.852)
+    events = healthy_run() + [acceptance(at_cap), coverage_event(213, 250)]
+    report = summarize(tmp_path, capsys, events, "--draft-accuracy", "0.95")
+    [found] = [f for f in report["findings"] if f["code"] == DRAFT_VOCAB_COVERAGE_LOW]
+    assert "limits acceptance" in found["last_message"]
+    assert "acceptance_below_training" not in {f["code"] for f in report["findings"]}
+    # no promise given: the same figures are not judged
+    assert DRAFT_VOCAB_COVERAGE_LOW not in {f["code"] for f in summarize(tmp_path, capsys, events)["findings"]}
+    # far under the cap: not the vocabulary; acceptance_below_training speaks, listing the coverage as checked
+    events = healthy_run() + [acceptance([0.4, 0.2, 0.1, 0.05, 0.02, 0.01, 0.0]), coverage_event(213, 250)]
+    report = summarize(tmp_path, capsys, events, "--draft-accuracy", "0.95")
+    codes = {f["code"] for f in report["findings"]}
+    assert DRAFT_VOCAB_COVERAGE_LOW not in codes and "acceptance_below_training" in codes
+    [vocab] = [c for c in report["training"]["checks"] if c["check"] == "vocabulary map"]
+    assert vocab["status"] == "clean" and "vocabulary coverage 0.852" in vocab["detail"]
