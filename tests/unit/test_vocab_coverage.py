@@ -292,3 +292,33 @@ def test_summarize_binding_coverage_explains_a_shortfall_only_at_the_cap(tmp_pat
     assert DRAFT_VOCAB_COVERAGE_LOW not in codes and "acceptance_below_training" in codes
     [vocab] = [c for c in report["training"]["checks"] if c["check"] == "vocabulary map"]
     assert vocab["status"] == "clean" and "vocabulary coverage 0.852" in vocab["detail"]
+
+
+# ------------------------------------------------------------------------------------------------ contract check
+
+_RESOLVER = '''
+def resolve(self, result, batch):
+    next_token_ids = result.next_token_ids.tolist()
+    accept_lens = result.accept_lens.tolist()
+    predict_tokens = []
+    for i, req in enumerate(batch.reqs):
+        {body}
+    return predict_tokens
+'''
+
+
+@pytest.mark.parametrize("body,problem", [
+    ("predict_tokens.append(next_token_ids[i * 3 : i * 3 + accept_lens[i]])", None),
+    ("accept_tokens = next_token_ids[i * 3 : i * 3 + accept_lens[i]]\n        predict_tokens.append(accept_tokens)",
+     None),
+    ("if req.finished():\n            predict_tokens.append(next_token_ids[0:accept_lens[i]])", "returns no list"),
+    ("predict_tokens.append(next_token_ids[i])", "appends no slice"),
+])
+def test_resolver_claim_reads_the_committed_tokens(body, problem):
+    import ast
+
+    from eagle_probe.commands.contract.rule_checks import returns_committed_token_lists
+
+    node = ast.parse(_RESOLVER.format(body=body)).body[0]
+    found = returns_committed_token_lists(node)
+    assert (found is None) if problem is None else (problem in found)

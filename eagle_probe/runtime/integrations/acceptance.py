@@ -44,6 +44,15 @@ def _field(target: str) -> str:
     return field
 
 
+def _tokens_field(target: str) -> str:
+    """Where the v1 worker's verify output holds the step's committed tokens (the version table's tokens_field)."""
+    key = (target, "tokens")
+    field = _fields.get(key)
+    if field is None:
+        field = _fields[key] = versions.acceptance_field(target, STATE.recorder.rules, "tokens_field")
+    return field
+
+
 def _draft_positions(instance, result=None) -> int:
     """Draft positions along the chain: the server's speculative steps."""
     if _positions:
@@ -88,7 +97,7 @@ def _v1_wrapper(target: str, site: str):
                 _record(getattr(output[1], _field(target)), _draft_positions(instance), target)
                 coverage = STATE.recorder.coverage
                 if coverage is not None and _now() >= coverage.next_due and coverage.due():
-                    coverage.add_device(output[1].verified_id)  # the committed tokens, still on the device
+                    coverage.add_device(getattr(output[1], _tokens_field(target)))  # committed tokens, on the device
             except Exception as exc:
                 STATE.report_error(site, exc)
         return output
