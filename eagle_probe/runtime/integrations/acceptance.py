@@ -112,12 +112,14 @@ def _v2_wrapper(target: str, site: str):
             try:
                 result = args[0] if args else kwargs["result"]
                 batch = args[1] if len(args) > 1 else kwargs["batch"]
-                live = _live(getattr(result, _field(target)), batch.reqs)
+                counts = getattr(result, _field(target))
+                live = _live(counts, batch.reqs)
                 if live:
                     _record(live, _draft_positions(instance, result), target)
                     coverage = STATE.recorder.coverage
                     if coverage is not None and _now() >= coverage.next_due and coverage.due():
-                        coverage.add_lists(_live(output, batch.reqs))  # the committed tokens, host lists
+                        # the committed tokens, host lists; all live when no count was left out (the common case)
+                        coverage.add_lists(output if live is counts else _live(output, batch.reqs))
             except Exception as exc:
                 STATE.report_error(site, exc)
         return output
