@@ -10,6 +10,8 @@ On every spec-v2 path the probe counts only requests that are neither retracted 
 scheduler runs one more verify step for a request that just finished and discards its tokens (0.5.13+ leaves
 it out of its own counts; 0.5.8's server-wide "accept len" still includes it, its per-request meta_info not),
 and a step whose requests had all finished is not a verify step.
+On a step the coverage sampler says is due, the step's committed tokens go to it as they are (runtime/values/
+coverage.py): the v2 resolver's return value (per-request lists, live requests only), the v1 output's token tensor.
 """
 
 from operator import attrgetter
