@@ -322,3 +322,15 @@ def test_resolver_claim_reads_the_committed_tokens(body, problem):
     node = ast.parse(_RESOLVER.format(body=body)).body[0]
     found = returns_committed_token_lists(node)
     assert (found is None) if problem is None else (problem in found)
+
+
+def test_html_report_has_the_coverage_table(tmp_path, capsys):
+    events = healthy_run() + [acceptance([0.75, 0.6, 0.45]), coverage_event(970, 1000)]
+    log = tmp_path / "probe.jsonl"
+    log.write_text("".join(json.dumps(e) + "\n" for e in events))
+    from eagle_probe.commands.cli import main
+
+    assert main(["summarize", str(log), "--html", str(tmp_path / "r.html")]) == 0
+    capsys.readouterr()
+    page = (tmp_path / "r.html").read_text()
+    assert "Draft vocabulary coverage" in page and "<td>0.970</td>" in page and "<td>32000</td>" in page
