@@ -35,9 +35,7 @@ class Coverage(Part):
         self.sampler.set_vocabulary(obs.hot_ids, table)
 
     def _counts(self):
-        sampler = self.sampler
-        sampler.count()
-        return sampler.in_vocab, sampler.total
+        return self.sampler.count()
 
     def flush(self, metrics):
         if self.sampler is None or not self.sampler.known:

@@ -13,7 +13,8 @@ in each bucket is sampled. Nothing is counted on the hot path:
 
 import time
 from collections import deque
-from typing import Optional, Sequence
+from threading import Lock
+from typing import Optional, Sequence, Tuple
 
 SLOTS = 64  # device counts on their way at most; a sample finding them all busy is skipped
 
@@ -31,6 +32,7 @@ class VocabCoverage:
         self._lists = deque()  # [per-request token lists of one sampled step] not counted yet
         self._pending = deque()  # [(event or None, device, slot, tokens)] device counts on their way
         self._device = {}  # device -> (mask, device counts, host counts, free slots)
+        self._counting = Lock()  # the flush thread and a periodic tick on the hot path may count at once
 
     def set_vocabulary(self, hot_ids: Optional[Sequence[int]], table: Optional[bytearray]) -> None:
         """The draft's hot ids (None: its vocabulary is the target's); sampling starts."""
@@ -90,8 +92,13 @@ class VocabCoverage:
         host = torch.zeros(SLOTS, dtype=torch.int64, pin_memory=cuda)
         return mask, counts, host, list(range(SLOTS))
 
-    def count(self) -> None:
-        """Count what was queued (the flush thread; also at exit)."""
+    def count(self) -> Tuple[int, int]:
+        """Count what was queued (the flush thread; also at exit); (in the vocabulary, all) so far."""
+        with self._counting:
+            self._count()
+            return self.in_vocab, self.total
+
+    def _count(self) -> None:
         table = self.table
         lists = self._lists
         while lists:
