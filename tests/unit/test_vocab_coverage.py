@@ -130,6 +130,22 @@ def test_nothing_sampled_before_the_vocabulary_is_known_then_one_step_per_bucket
     assert sampler.due() and sampler.samples == 2
 
 
+def test_an_uncounted_queue_stops_sampling_at_its_bound(monkeypatch):
+    from eagle_probe.runtime.values import coverage as module
+
+    monkeypatch.setattr(module, "MAX_QUEUED", 3)
+    clock = Clock()
+    sampler = VocabCoverage(1.0, clock)
+    sampler.set_vocabulary(None, None)
+    for step in range(5):
+        clock.now = float(step)
+        if sampler.due():
+            sampler.add_lists([[1]])
+    assert sampler.samples == 3 and sampler.count() == (3, 3)
+    clock.now = 9.0
+    assert sampler.due()  # counted: sampling again
+
+
 def test_host_lists_counted_on_read_ids_beyond_the_table_are_out():
     sampler = VocabCoverage(1.0, Clock())
     sampler.set_vocabulary((1, 2), V.in_vocab_table(4, (1, 2)))

@@ -17,6 +17,7 @@ from threading import Lock
 from typing import Optional, Sequence, Tuple
 
 SLOTS = 64  # device counts on their way at most; a sample finding them all busy is skipped
+MAX_QUEUED = 4096  # sampled steps held uncounted at most (the flush thread counts them every second): then skipped
 
 
 class VocabCoverage:
@@ -47,6 +48,8 @@ class VocabCoverage:
         if now < self.next_due:
             return False
         self.next_due = (now // self.interval + 1) * self.interval
+        if len(self._lists) >= MAX_QUEUED:  # nothing counts them (no flush thread): memory stays bounded
+            return False
         self.samples += 1
         return True
 
