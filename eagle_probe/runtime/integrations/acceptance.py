@@ -129,7 +129,7 @@ def _v2_wrapper(target: str, site: str):
     return wrapper
 
 
-_OFF = "per-step acceptance (events and spec metrics) on the {} worker"
+_OFF = "per-step acceptance (events and spec metrics) and vocabulary coverage on the {} worker"
 _WORKERS = {versions.V1_WORKER: (_v1_wrapper, _OFF.format("v1 EAGLE")),
             versions.V2_WORKER: (_v2_wrapper, _OFF.format("spec-v2 overlap"))}
 
