@@ -16,6 +16,10 @@ Draft forward and verify step (acceptance path): the wrapper around a function r
 SGLang objects (llama_eagle3.LlamaModel and a ForwardBatch carrying an EagleDraftInput; Req, ScheduleBatch and
 GenerationBatchResult; the verify hook's owner is a stand-in for the Scheduler, with its server_args'
 speculative_num_steps), probe active against the bare call, median per call: the probe's own added time.
+The verify step again with vocabulary coverage sampled on every step (issue 18; a server samples one step per
+EAGLE_PROBE_COVERAGE_INTERVAL_S, 0.1 s): the hook returns 3 committed tokens a request, as SGLang's resolver does,
+and the draft's hot vocabulary is 32 000 of 128 256 ids; beside it, the flush thread's count of one sampled step of
+the largest batch (context, no budget).
 Flush: one flush of everything counted (the probe's own thread, once per flush interval).
 Load (issue 19): eagle_probe.install() with SGLang's model registry imported, i.e. the registry scan and the wrapping
 of every target class found (best of 5, in ms; budget 50 ms per process, absolute: it happens once).
@@ -57,6 +61,7 @@ BUDGETS = {
     "verify_step": 8.0,  # per verify step at every batch in VERIFY_BATCHES: must not grow with the batch (issue 17)
     "fingerprint_amortised": 0.5,  # one sample's cost spread over FORWARDS_PER_S forwards (issue 17)
     "flush": 25.0,  # not in issue 17: once per flush interval (1 s), off the hot path; / FORWARDS_PER_S = 0.5x
+    "verify_step_coverage": 8.0,  # issue 18: a verify step whose tokens are sampled for coverage, as verify_step
 }
 REFERENCE_NUMBER, REFERENCE_REPEAT = 200_000, 7
 
@@ -267,6 +272,54 @@ def draft_and_acceptance(runner, target_config, n):
         bare, probed = paired_median_ns(lambda: returns(*step),
                                         lambda: resolve_spec_v2_tokens_wrapper(returns, scheduler, step, {}), n)
         rows.append(("verify step", batch_size, (probed - bare) / 1000))
+    rows += coverage_sampled(resolve_spec_v2_tokens_wrapper, scheduler, n)
+    return rows
+
+
+COVERAGE_VOCAB, COVERAGE_HOT = 128256, 32000  # Llama-3's vocabulary, SpecForge's default hot vocabulary
+
+
+def coverage_sampled(wrapper, scheduler, n):
+    """The verify step with vocabulary coverage sampled on every step (the hook returns each request's committed
+    tokens, 3 a request, as SGLang's resolver does): the sampled step's added time; and the flush thread's count of
+    one sampled step at the largest batch."""
+    from array import array
+
+    from sglang.srt.managers.schedule_batch import Req, ScheduleBatch
+    from sglang.srt.managers.utils import GenerationBatchResult
+    from sglang.srt.sampling.sampling_params import SamplingParams
+
+    from eagle_probe.analysis.vocab_coverage import in_vocab_table
+    from eagle_probe.runtime.state import STATE
+
+    coverage = STATE.recorder.coverage
+    hot = tuple(range(0, 4 * COVERAGE_HOT, 4))
+    coverage.set_vocabulary(hot, in_vocab_table(COVERAGE_VOCAB, hot))
+    coverage.interval = 1e-9  # every step is due: the cost of a sampled step
+    rows = []
+    for batch_size in VERIFY_BATCHES:
+        reqs = [Req(f"r{i}", "", array("i", [1, 2, 3]), SamplingParams(max_new_tokens=64)) for i in range(batch_size)]
+        result = GenerationBatchResult()
+        result.num_correct_drafts_per_req_cpu = [i % 3 for i in range(batch_size)]
+        result.speculative_num_draft_tokens = 3
+        step = (result, ScheduleBatch(reqs=reqs))
+        tokens = [[7 * i, 7 * i + 1, 7 * i + 2] for i in range(batch_size)]
+
+        def returns_tokens(*a, **k):
+            return tokens
+
+        bare, probed = paired_median_ns(lambda: returns_tokens(*step),
+                                        lambda: wrapper(returns_tokens, scheduler, step, {}), n)
+        rows.append(("verify+coverage", batch_size, (probed - bare) / 1000))
+        coverage.count()
+    times = []
+    for _ in range(200):
+        coverage.add_lists(tokens)
+        start = time.perf_counter_ns()
+        coverage.count()
+        times.append(time.perf_counter_ns() - start)
+    rows.append(("coverage count", VERIFY_BATCHES[-1], statistics.median(times) / 1000))
+    coverage.interval = 0.1
     return rows
 
 
@@ -396,8 +449,12 @@ def main():
         print(f"{name:<16}{batch_size or '-':>7}{added:>16.2f}")
         if name == "draft forward":
             figures["draft_forward_us"] = round(added, 2)
-        else:
+        elif name == "verify step":
             figures["verify_step_us"][str(batch_size)] = round(added, 2)
+        elif name == "verify+coverage":
+            figures.setdefault("verify_step_coverage_us", {})[str(batch_size)] = round(added, 2)
+        else:
+            figures["coverage_count_us"] = round(added, 2)  # the flush thread's, per sampled step (context)
     figures["flush_us"] = round(flush_cost_us(500), 2)
     print(f"flush of everything counted: {figures['flush_us']:.2f} us (every flush interval, off the hot path)")
     figures["fingerprint_us"] = fingerprint_cost_us(20)
@@ -432,6 +489,8 @@ def judged_figures(figures):
         rows += [(name, mode, mode, us) for mode, us in figures[f"{name}_us"].items()]
     rows.append(("draft_forward", None, "", figures["draft_forward_us"]))
     rows += [("verify_step", batch, f"batch {batch}", us) for batch, us in figures["verify_step_us"].items()]
+    rows += [("verify_step_coverage", batch, f"batch {batch}", us)
+             for batch, us in figures.get("verify_step_coverage_us", {}).items()]
     rows.append(("fingerprint_amortised", None, "3 x 64, float32", figures["fingerprint_amortised_us"]))
     rows.append(("flush", None, "", figures["flush_us"]))
     return rows

@@ -41,6 +41,7 @@ class ProbeConfig:
     metrics_addr: str = "127.0.0.1"  # the per-rank exporter's bind address (loopback unless said otherwise)
     summary_interval_s: float = 60.0
     fingerprint_interval_s: float = 1.0  # sampled aux fingerprints (0: off)
+    coverage_interval_s: float = 0.1  # sampled verify steps whose tokens meet the draft's vocabulary (0: off)
     flush_interval_s: float = 1.0  # counted values reach the Prometheus series at most this late (0: summary/exit)
     log_every_forward: bool = False
     inner_forward: str = "auto"
@@ -66,6 +67,7 @@ class ProbeConfig:
             "EAGLE_PROBE_SUMMARY_INTERVAL_S": repr(self.summary_interval_s),
             "EAGLE_PROBE_FLUSH_INTERVAL_S": repr(self.flush_interval_s),
             "EAGLE_PROBE_FINGERPRINT_INTERVAL_S": repr(self.fingerprint_interval_s),
+            "EAGLE_PROBE_COVERAGE_INTERVAL_S": repr(self.coverage_interval_s),
             "EAGLE_PROBE_LOG_EVERY_FORWARD": "1" if self.log_every_forward else "0",
             "EAGLE_PROBE_INNER_FORWARD": self.inner_forward,
         }
@@ -292,6 +294,7 @@ def load_config(env: Optional[Mapping[str, str]] = None) -> ProbeConfig:
         summary_interval_s=_positive_float(env, "EAGLE_PROBE_SUMMARY_INTERVAL_S", 60.0),
         flush_interval_s=_seconds_or_zero(env, "EAGLE_PROBE_FLUSH_INTERVAL_S", 1.0),
         fingerprint_interval_s=_seconds_or_zero(env, "EAGLE_PROBE_FINGERPRINT_INTERVAL_S", 1.0),
+        coverage_interval_s=_seconds_or_zero(env, "EAGLE_PROBE_COVERAGE_INTERVAL_S", 0.1),
         log_every_forward=_bool(env, "EAGLE_PROBE_LOG_EVERY_FORWARD", False),
         inner_forward=_choice(env, "EAGLE_PROBE_INNER_FORWARD", "auto", INNER_FORWARD_MODES),
         draft_accuracy=_accuracy(env, "EAGLE_PROBE_DRAFT_ACCURACY"),

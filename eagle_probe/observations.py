@@ -158,3 +158,14 @@ class AuxFingerprint(NamedTuple):
     absmax: float
     nonfinite: int
     signature: Tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class DraftVocabulary:
+    """The target ids an EAGLE-3 draft can propose, known once its weights are loaded (analysis.vocab_coverage)."""
+
+    model_class: str
+    draft_vocab_size: Optional[int]
+    target_vocab_size: Optional[int]
+    map_kind: str  # vocab_coverage.MAP_FULL, MAP_D2T or MAP_NONE
+    hot_ids: Optional[Tuple[int, ...]]  # the target ids it can propose (None: every id)

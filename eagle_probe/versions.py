@@ -77,6 +77,9 @@ class AcceptanceHook:
     field: str  # per-request accepted count (list of int on the CPU)
     includes_bonus: bool  # False: accepted drafts only; the bonus (target-sampled) token is not counted
     field_owner: Optional[Tuple[str, str]] = None  # (module, class) declaring `field`, for return values
+    # The step's committed tokens (accepted drafts and bonus) on the v1 worker: a field of `field_owner`, a 1-D device
+    # tensor; None: the hook returns them per request as lists of ints (every v2 resolver)
+    tokens_field: Optional[str] = None
 
     @property
     def target(self) -> str:
@@ -89,9 +92,10 @@ _OUTPUT_MIXIN = "sglang.srt.managers.scheduler_output_processor_mixin"
 _BATCH_RESULT = "sglang.srt.managers.scheduler_components.batch_result_processor"
 
 
-def _v1(field: str, when: str) -> AcceptanceHook:
+def _v1(field: str, when: str, tokens_field: str = "verified_id") -> AcceptanceHook:
     return AcceptanceHook(V1_WORKER, when, *_V1_VERIFY, read=f"return[1].{field}", field=field,
-                          includes_bonus=False, field_owner=(_EAGLE_INFO, "EagleVerifyOutput"))
+                          includes_bonus=False, field_owner=(_EAGLE_INFO, "EagleVerifyOutput"),
+                          tokens_field=tokens_field)
 
 
 def _v2(module: str, qualname: str, field: str, when: str) -> AcceptanceHook:
@@ -145,7 +149,9 @@ class VersionRules:
             "capture_flag_module": self.capture_flag_module,
             "tbo_helper": f"sglang.srt.models.deepseek_v2.{self.tbo_helper}",
             "acceptance": [{"worker": h.worker, "when": h.when, "target": h.target, "read": h.read,
-                            "includes_bonus": h.includes_bonus} for h in self.acceptance],
+                            "includes_bonus": h.includes_bonus,
+                            "tokens": f"return[1].{h.tokens_field}" if h.tokens_field else "return"}
+                           for h in self.acceptance],
             "spec_v2_default": self.spec_v2_default,
             "rank_source": self.rank_source,
             "dp_rank_from_dp_attention": self.dp_rank_from_dp_attention,
@@ -189,7 +195,7 @@ RULES = (
         capture_flag_module=_OLD_CAPTURE_FLAG, tbo_helper=_OLD_TBO,
         acceptance=(_v2(_OUTPUT_MIXIN, "SchedulerOutputProcessorMixin._resolve_spec_overlap_tokens",
                         "num_correct_drafts_per_req_cpu", "default"),
-                    _v1("num_correct_drafts_per_req_cpu", f"{SPEC_V2_ENV}=0")),
+                    _v1("num_correct_drafts_per_req_cpu", f"{SPEC_V2_ENV}=0", tokens_field="accept_tokens")),
         spec_v2_default=True, rank_source=RANKS_PARALLEL_STATE, dp_rank_from_dp_attention=True),
     VersionRules(
         (0, 5, 13, 0), PLUS_ONE_IF_FIRST_IS_ONE, "list", False, False, verified=False,
@@ -274,16 +280,17 @@ def acceptance_targets() -> Tuple[Tuple[str, str, str], ...]:
     return tuple((module, qualname, worker) for (module, qualname), worker in seen.items())
 
 
-def acceptance_field(target: str, rules: VersionRules) -> Optional[str]:
-    """The field to read at hook `target` under `rules`; for a release whose row does not name that hook (it is
-    there anyway), the field of the newest row that does. None if no row names it."""
+def acceptance_field(target: str, rules: VersionRules, attr: str = "field") -> Optional[str]:
+    """The field to read at hook `target` under `rules` (attr "tokens_field": where its committed tokens are); for
+    a release whose row does not name that hook (it is there anyway), the field of the newest row that does. None if
+    no row names it."""
     hook = acceptance_hook(target, rules)
     if hook is not None:
-        return hook.field
+        return getattr(hook, attr)
     for row in reversed(RULES):
         hook = acceptance_hook(target, row)
         if hook is not None:
-            return hook.field
+            return getattr(hook, attr)
     return None
 
 

@@ -299,11 +299,21 @@ MAP_PROMPTS = {
 }
 
 
+VOCAB_MISSING_DRAFT_VOCAB = 128
+# "vocab_missing": token streams below, across and above the draft's 128 ids (T(x) = x + 1 up to the fixed point 200)
+VOCAB_PROMPTS = {
+    "below": ([10, 11, 12, 13], 12),
+    "across": ([96, 97, 98, 99, 100], 40),
+    "above": ([150, 151, 152], 16),
+}
+
+
 def build_case(root, name: str, *, num_steps: int = 2) -> dict:
     """Write the checkpoints of one case under ``root/name``; returns
     dict(target=path, draft=path, expected=..., args=[extra server args]).
 
-    Cases: "random", "zero_head", "map", "fc_width" (num_aux 4 vs 3 captured), "eagle_algo"
+    Cases: "random", "zero_head", "map", "vocab_missing" (draft over 128 of 256 ids, no d2t), "fc_width" (num_aux 4
+    vs 3 captured), "eagle_algo"
     (an EAGLE-3 draft under --speculative-algorithm EAGLE, whose checkpoint also holds an fc_norm weight
     that its config does not enable)."""
     base = os.path.join(str(root), name)
@@ -326,6 +336,14 @@ def build_case(root, name: str, *, num_steps: int = 2) -> dict:
         emb = random_deepseek_v3(tcfg, 0).model.embed_tokens.weight.detach()
         write_map_draft_checkpoint(dpath, tcfg, emb, map_draft)
         expected = dict(prompts=dict(MAP_PROMPTS), T=map_target, D=map_draft)
+    elif name == "vocab_missing":
+        # The map target with a draft over a smaller vocabulary (128 of 256) whose checkpoint has no d2t: SGLang uses
+        # draft ids as target ids 0..127. Its lm_head is zero, so it proposes draft id 0 every time, never what the
+        # map target says on these prompts: every verify step commits one token, the target's.
+        write_target_checkpoint(tpath, tcfg, seed=0, next_token_map=map_target)
+        write_eagle3_draft_checkpoint(dpath, eagle3_draft_config(tcfg, draft_vocab_size=VOCAB_MISSING_DRAFT_VOCAB),
+                                      seed=0, zero_lm_head=True)
+        expected = dict(prompts=dict(VOCAB_PROMPTS), T=map_target, D=lambda x: 0)
     elif name == "fc_width":
         write_target_checkpoint(tpath, tcfg, seed=0)
         write_eagle3_draft_checkpoint(dpath, eagle3_draft_config(tcfg, num_aux=4), seed=0)

@@ -50,7 +50,7 @@ def sizes() -> dict:
     _add(out, "outputs", recorder.out)
     for part in recorder.parts:
         _add(out, type(part).__name__, part)
-    for name in ("acceptance", "fingerprints", "metrics"):
+    for name in ("acceptance", "fingerprints", "coverage", "metrics"):
         if getattr(recorder, name, None) is not None:
             _add(out, name, getattr(recorder, name))
     for module_name, attrs in MODULE_CACHES.items():

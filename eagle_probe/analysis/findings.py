@@ -53,6 +53,7 @@ TRAINED_LAYERS_INFERRED = "trained_layers_inferred"
 DRAFT_VOCAB_MAP_MISSING = "draft_vocab_map_missing"
 DRAFT_VOCAB_MAP_INVALID = "draft_vocab_map_invalid"
 ACCEPTANCE_BELOW_TRAINING = "acceptance_below_training"
+DRAFT_VOCAB_COVERAGE_LOW = "draft_vocab_coverage_low"
 
 ERROR, WARNING, INFO = "error", "warning", "info"
 
@@ -91,6 +92,9 @@ CODES = {
                                      "to one target id"),
     ACCEPTANCE_BELOW_TRAINING: (WARNING, "summarize: served acceptance is below what the draft's training accuracies "
                                          "promise and no finding explains it (error under 60 % of the promise)"),
+    DRAFT_VOCAB_COVERAGE_LOW: (WARNING, "the target's verified tokens often lie outside the draft's vocabulary (or "
+                                        "acceptance sits at the cap that coverage sets): the draft cannot propose "
+                                        "them"),
 }
 
 

@@ -21,6 +21,8 @@ RUN_OPTIONS = (
      "series (0: at the summary and at exit)"),
     ("--fingerprint-interval", "EAGLE_PROBE_FINGERPRINT_INTERVAL_S", "seconds between sampled aux fingerprints "
      "(0: off)"),
+    ("--coverage-interval", "EAGLE_PROBE_COVERAGE_INTERVAL_S", "seconds between verify steps whose tokens are "
+     "checked against the draft's vocabulary (default 0.1; 0: off)"),
     ("--reference", "EAGLE_PROBE_REFERENCE", "a JSON file from `eagle-probe reference`: live slots are compared "
      "with the training data's"),
     ("--trained-layers", "EAGLE_PROBE_TRAINED_LAYERS", "the layers the draft was trained on: hf:0,3,31 or "

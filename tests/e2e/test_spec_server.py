@@ -270,6 +270,20 @@ def test_map_probe_acceptance_event(map_runs):
     assert not _findings(map_runs["root"], "map", "error")
 
 
+def test_map_vocab_coverage_is_full_and_silent(map_runs):
+    """The silent control of test_vocab_coverage.py: a draft over the target's whole vocabulary covers every verified
+    token of the sampled steps (default interval 0.1 s); no coverage finding, no vocabulary-map finding."""
+    events = _events(map_runs["root"], "map", "eagle_probe.draft.vocab_coverage")
+    assert events and events[-1]["map"] == "full" and events[-1]["hot_vocab_size"] is None
+    assert events[-1]["verified_tokens"] > 0 and events[-1]["in_vocab"] == events[-1]["verified_tokens"]
+    assert events[-1]["coverage"] == 1.0
+    codes = {f["code"] for f in _findings(map_runs["root"], "map")}
+    assert not codes & {"draft_vocab_coverage_low", "draft_vocab_map_missing", "draft_vocab_map_invalid"}
+    assert re.search(r'^eagle_probe_draft_vocab_coverage\{[^}]*\} 1\.0$', map_runs["metrics"], re.M)
+    assert not re.search(r'^eagle_probe_draft_vocab_verified_tokens_total\{in_vocab="false"[^}]*\} [1-9]',
+                         map_runs["metrics"], re.M)
+
+
 def test_map_expectations_are_the_designed_patterns(map_runs):
     runs = map_runs["case"]["expected"]["runs"]
     assert runs["pos1_always_pos2_never"]["per_position"] == [4, 0]

@@ -74,3 +74,32 @@ def test_fingerprint_under_cuda_graph_capture_is_never_taken():
         x.add_(1)
     graph.replay()
     assert seen == [True] and not graph_capture.is_capturing()
+
+
+def test_vocab_coverage_counts_device_tokens_without_a_sync():
+    """The v1 worker's committed tokens stay on the device: the mask is built there from pinned memory, the count is
+    queued and copied non-blocking, and read once the event reports done; it equals the CPU's count."""
+    from eagle_probe.analysis.vocab_coverage import in_vocab_table
+    from eagle_probe.runtime.values.coverage import VocabCoverage
+
+    hot = tuple(range(0, 128256, 4))
+    ids = torch.randint(-2, 128300, (4096,), device="cuda")
+    cpu = VocabCoverage(1.0)
+    cpu.set_vocabulary(hot, in_vocab_table(128256, hot))
+    cpu.add_device(ids.cpu())
+    cpu.count()
+    sampler = VocabCoverage(1.0)
+    sampler.set_vocabulary(hot, in_vocab_table(128256, hot))
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(3):  # the first builds the device mask
+            assert sampler.add_device(ids)
+        deadline = time.monotonic() + 10
+        while sampler._pending:
+            sampler.count()
+            assert time.monotonic() < deadline
+            time.sleep(0.001)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert (sampler.in_vocab, sampler.total) == (3 * cpu.in_vocab, 3 * cpu.total) and 0 < cpu.in_vocab < cpu.total

@@ -176,6 +176,21 @@ def assigns_result_field(field):
     return test
 
 
+def returns_committed_token_lists(node):
+    """The v2 resolver returns a list built by one append per request of its loop over batch.reqs, of a slice of
+    next_token_ids ending at the request's accept length (the committed tokens: vocabulary coverage reads them)."""
+    returned = {n.value.id for n in ast.walk(node) if isinstance(n, ast.Return) and isinstance(n.value, ast.Name)}
+    sliced = any(isinstance(n, ast.Subscript) and ast.unparse(n.value) == "next_token_ids"
+                 and isinstance(n.slice, ast.Slice) and "accept_lens" in ast.unparse(n.slice) for n in ast.walk(node))
+    for loop in (n for n in ast.walk(node) if isinstance(n, ast.For) and "batch.reqs" in ast.unparse(n.iter)):
+        for stmt in loop.body:
+            call = stmt.value if isinstance(stmt, ast.Expr) else None
+            if (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "append"
+                    and ast.unparse(call.func.value) in returned):
+                return None if sliced else "appends no slice of next_token_ids up to accept_lens"
+    return "returns no list appended once per request of a loop over batch.reqs"
+
+
 def retraction_sites_problem(src, module: str, qualname: str):
     """None when every `X.is_retracted = True` in sglang.srt is inside `module.qualname`, else where the others are."""
     method = qualname.rpartition(".")[2]

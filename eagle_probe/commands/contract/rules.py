@@ -13,7 +13,8 @@ from .draft_claims import KIMI_MODULE, draft_id_claims
 from .claims import Claim, absent, body_check, dataclass_field, defines, env_default, module_mentions, sets_attributes
 from .rule_checks import (assigns_result_field, aux_list_test, aux_packed_test, calls_name, capture_rule_test,
                           default_ids_test, embedding_capturable_test, embedding_not_capturable_test,
-                          graph_setup_calls_defaults, no_default_setter_calls, retraction_sites_problem, takes_param)
+                          graph_setup_calls_defaults, no_default_setter_calls, retraction_sites_problem,
+                          returns_committed_token_lists, takes_param)
 
 DS = versions.DEEPSEEK_V2
 FORWARD_BATCH = "sglang.srt.model_executor.forward_batch_info"
@@ -89,10 +90,13 @@ def _rule_claims(rules: VersionRules) -> List[Claim]:
                            what=f"acceptance ({hook.worker} worker, {hook.when}): {hook.target} exists"))
         if hook.field_owner is not None:
             out.append(dataclass_field(*hook.field_owner, hook.field))
+            out.append(dataclass_field(*hook.field_owner, hook.tokens_field))  # the committed tokens (coverage)
         else:
             out.append(body_check(hook.module, hook.qualname, f"sets result.{hook.field} with the bonus token "
                                   f"{'kept' if hook.includes_bonus else 'subtracted'}",
                                   assigns_result_field(hook.field)))
+            out.append(body_check(hook.module, hook.qualname, "returns the committed tokens per request (vocabulary "
+                                  "coverage reads them)", returns_committed_token_lists))
     for module in rules.absent_modules:
         out.append(Claim(f"{module} does not exist in this release",
                          lambda src, module=module: "exists" if src.has_module(module) else None))

@@ -265,6 +265,12 @@ def render_html(report: dict, title: str = "eagle-probe report") -> str:
         parts.append("<div>" + "".join(_img(svg, alt, pid) for pid, alt, svg in plot_list) + "</div>")
     else:
         parts.append("<p>No <code>eagle_probe.acceptance</code> events in these logs.</p>")
+    coverage = [r for r in (report.get("draft_vocab_coverage") or {}).get("ranks") or []]
+    if coverage:
+        parts.append("<h3>Draft vocabulary coverage</h3>" + _table(
+            ("tp_rank", "pid", "coverage", "in vocabulary", "verified tokens", "map", "hot ids", "accept length cap"),
+            [(r["tp_rank"], r["pid"], _num(r["coverage"]), r["in_vocab"], r["verified_tokens"], r["map"],
+              r["hot_vocab_size"], _num(r["mean_accept_length_cap"], 2)) for r in coverage], "coverage"))
     parts += _training_section(report.get("training") or {})
     parts += _values_section(report.get("values") or {})
     for r in report["ranks"]:

@@ -8,7 +8,8 @@ import json
 from collections import Counter, defaultdict
 
 from ... import events as names
-from .training import render_training_text, training_section
+from .coverage import coverage_section, render_coverage_line
+from .training import find_accuracy, render_training_text, training_section
 from .values import render_values_text, values_section
 
 NOTICE_EVENTS = (names.CONFIG_ERROR, names.UNSUPPORTED_VERSION, names.INTEGRATION_SKIPPED)
@@ -158,21 +159,30 @@ def build_report(events: list, input_stats=None, draft_accuracy=None) -> dict:
             "errors": entry["errors"], "acceptance": _acceptance(entry["acceptance"]),
         })
     values = values_section(events)
-    all_findings = [e for e in events if e.get("event") == names.FINDING] + values["findings"]
+    # Vocabulary coverage: low, or binding the acceptance served, becomes a finding of its rank (a cause below).
+    coverage = coverage_section(events, ranks, find_accuracy(events, draft_accuracy)[0])
+    _add_rank_findings(ranks, raw, coverage["findings"])
+    all_findings = [e for e in events if e.get("event") == names.FINDING] + values["findings"] + coverage["findings"]
     report = {"ranks": ranks, "notices": notices, "findings": _group_findings(all_findings), "values": values,
+              "draft_vocab_coverage": {k: v for k, v in coverage.items() if k != "findings"},
               "events": len(events), "input": input_stats}
     # Served acceptance against training: a shortfall no finding explains becomes a finding of the rank it was seen on.
     training = training_section(events, report, draft_accuracy)
     report["training"] = training
     if training["findings"]:
-        for rank in ranks:
-            mine = [f for f in training["findings"] if _rank_key(f) == (rank["tp_rank"], rank["pp_rank"],
-                                                                         rank["dp_rank"], rank["pid"])]
-            if mine:
-                rank["findings"] = _group_findings(raw[(rank["tp_rank"], rank["pp_rank"], rank["dp_rank"],
-                                                        rank["pid"])]["findings"] + mine)
+        _add_rank_findings(ranks, raw, training["findings"])
         report["findings"] = _group_findings(all_findings + training["findings"])
     return report
+
+
+def _add_rank_findings(ranks, raw, findings):
+    """Findings the report derives (event-like dicts), added to their rank's own."""
+    for rank in ranks:
+        key = (rank["tp_rank"], rank["pp_rank"], rank["dp_rank"], rank["pid"])
+        mine = [f for f in findings if _rank_key(f) == key]
+        if mine:
+            raw[key]["findings"] = raw[key]["findings"] + mine
+            rank["findings"] = _group_findings(raw[key]["findings"])
 
 
 def _fmt(value, digits=3):
@@ -228,6 +238,7 @@ def render_text(report: dict) -> str:
                        + ", ".join(f"{k}: {v}" for k, v in acc["accept_length_histogram"].items()))
             if acc["read_at"]:
                 out.append("    read at: " + ", ".join(acc["read_at"]))
+        out += render_coverage_line(rank.get("draft_vocab_coverage"))
         if not rank["findings"]:
             out.append(_no_findings(rank, report))
         for f in rank["findings"]:

@@ -25,7 +25,7 @@ LAYER_CODES = (F.LAYER_MISMATCH, F.CAPTURE_ID_UNREACHABLE, F.GRAPH_EAGER_LAYER_M
                F.PP_STAGE_NO_CAPTURE, F.CAPTURE_RULE_UNEXPECTED, F.TRAINED_LAYERS_INFERRED)
 SHAPE_CODES = (F.AUX_COUNT_MISMATCH,)
 WIDTH_CODES = (F.FC_WIDTH_MISMATCH, F.FC_SKIPPED)
-VOCAB_CODES = (F.DRAFT_VOCAB_MAP_MISSING, F.DRAFT_VOCAB_MAP_INVALID)
+VOCAB_CODES = (F.DRAFT_VOCAB_MAP_MISSING, F.DRAFT_VOCAB_MAP_INVALID, F.DRAFT_VOCAB_COVERAGE_LOW)
 VALUE_CODES = (F.AUX_NONFINITE, F.AUX_SLOTS_IDENTICAL, F.AUX_VALUE_MISMATCH, "verify_prefill_mismatch")
 TP_CODES = (F.TP_RANK_DIVERGENCE,)
 
@@ -125,8 +125,9 @@ def _vocab(events, found) -> dict:
     """Clean only on evidence: no draft_vocab_size (the target's lm_head), or the load event's target_vocab_size and
     d2t_size (null: no d2t) with no vocabulary finding (the probe checks a d2t's values at load)."""
     loads = _by_event(events, names.DRAFT_LOADED)
-    coverage = [e.get("draft_vocab_coverage") for e in _by_event(events, names.ACCEPTANCE)
-                if isinstance(e.get("draft_vocab_coverage"), (int, float))]
+    coverage = [e["in_vocab"] / e["verified_tokens"] for e in _by_event(events, names.VOCAB_COVERAGE)
+                if isinstance(e.get("in_vocab"), int) and isinstance(e.get("verified_tokens"), int)
+                and e["verified_tokens"] > 0]
     suffix = f"; vocabulary coverage {coverage[-1]:.3f}" if coverage else ""
     if not loads:
         return _status(found, VOCAB_CODES, None, "no eagle_probe.draft.loaded event; `eagle-probe doctor --target "

@@ -10,9 +10,12 @@ On every spec-v2 path the probe counts only requests that are neither retracted 
 scheduler runs one more verify step for a request that just finished and discards its tokens (0.5.13+ leaves
 it out of its own counts; 0.5.8's server-wide "accept len" still includes it, its per-request meta_info not),
 and a step whose requests had all finished is not a verify step.
+On a step the coverage sampler says is due, the step's committed tokens go to it as they are (runtime/values/
+coverage.py): the v2 resolver's return value (per-request lists, live requests only), the v1 output's token tensor.
 """
 
 from operator import attrgetter
+from time import time as _now
 
 from ... import versions
 from ..context import sglang_context
@@ -40,6 +43,15 @@ def _field(target: str) -> str:
     field = _fields.get(target)
     if field is None:
         field = _fields[target] = versions.acceptance_field(target, STATE.recorder.rules)
+    return field
+
+
+def _tokens_field(target: str) -> str:
+    """Where the v1 worker's verify output holds the step's committed tokens (the version table's tokens_field)."""
+    key = (target, "tokens")
+    field = _fields.get(key)
+    if field is None:
+        field = _fields[key] = versions.acceptance_field(target, STATE.recorder.rules, "tokens_field")
     return field
 
 
@@ -85,6 +97,9 @@ def _v1_wrapper(target: str, site: str):
         if STATE.active:
             try:
                 _record(getattr(output[1], _field(target)), _draft_positions(instance), target)
+                coverage = STATE.recorder.coverage
+                if coverage is not None and _now() >= coverage.next_due and coverage.due():
+                    coverage.add_device(getattr(output[1], _tokens_field(target)))  # committed tokens, on the device
             except Exception as exc:
                 STATE.report_error(site, exc)
         return output
@@ -99,9 +114,14 @@ def _v2_wrapper(target: str, site: str):
             try:
                 result = args[0] if args else kwargs["result"]
                 batch = args[1] if len(args) > 1 else kwargs["batch"]
-                live = _live(getattr(result, _field(target)), batch.reqs)
+                counts = getattr(result, _field(target))
+                live = _live(counts, batch.reqs)
                 if live:
                     _record(live, _draft_positions(instance, result), target)
+                    coverage = STATE.recorder.coverage
+                    if coverage is not None and _now() >= coverage.next_due and coverage.due():
+                        # the committed tokens, host lists; all live when no count was left out (the common case)
+                        coverage.add_lists(output if live is counts else _live(output, batch.reqs))
             except Exception as exc:
                 STATE.report_error(site, exc)
         return output
@@ -109,7 +129,7 @@ def _v2_wrapper(target: str, site: str):
     return wrapper
 
 
-_OFF = "per-step acceptance (events and spec metrics) on the {} worker"
+_OFF = "per-step acceptance (events and spec metrics) and vocabulary coverage on the {} worker"
 _WORKERS = {versions.V1_WORKER: (_v1_wrapper, _OFF.format("v1 EAGLE")),
             versions.V2_WORKER: (_v2_wrapper, _OFF.format("spec-v2 overlap"))}
 

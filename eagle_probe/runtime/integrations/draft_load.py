@@ -6,8 +6,9 @@ vocabulary map (d2t), its embedding against the target's. What differs between t
 
 from ...analysis.draft_ids import KEY, draft_class, draft_reads, takes_d2t, target_ids
 from ...analysis.draft_weights import unconsumed_weights
+from ...analysis.vocab_coverage import hot_ids
 from ...analysis.vocab_map import map_problems
-from ...observations import DraftLoaded
+from ...observations import DraftLoaded, DraftVocabulary
 from ..state import STATE
 from ..values.embedding_check import compare_with_target
 
@@ -49,9 +50,11 @@ def _observe_loaded(instance, names, kept):
             embed_compare = f"not compared: {type(exc).__name__}: {exc}"[:300]
     draft_vocab, target_vocab = getattr(config, "draft_vocab_size", None), getattr(config, "vocab_size", None)
     d2t = kept.pop("d2t", None)
-    problems = None
-    if d2t is not None and not d2t.is_cuda and isinstance(target_vocab, int):  # a CPU copy: no device sync
-        problems = map_problems(d2t.tolist(), draft_vocab, target_vocab)
+    problems = offsets = None
+    if d2t is not None and not d2t.is_cuda:  # a CPU copy: no device sync
+        offsets = d2t.tolist()
+        if isinstance(target_vocab, int):
+            problems = map_problems(offsets, draft_vocab, target_vocab)
     use_aux = eagle_config.get("use_aux_hidden_state") if isinstance(eagle_config, dict) else \
         getattr(eagle_config, "use_aux_hidden_state", None)
     STATE.recorder.draft_loaded(DraftLoaded(
@@ -77,6 +80,10 @@ def _observe_loaded(instance, names, kept):
         target_vocab_size=target_vocab, d2t_size=None if d2t is None else int(d2t.numel()), d2t_problems=problems,
         ids_read=ids_read, ids_read_from=read_from,
     ))
+    if d2t is None or offsets is not None:  # a map on a device is not read: coverage then stays unknown
+        kind, hot = hot_ids(draft_vocab, target_vocab, offsets)
+        STATE.recorder.observe("draft_vocabulary", DraftVocabulary(
+            type(instance).__name__, draft_vocab, target_vocab, kind, hot))
 
 
 def load_weights_wrapper_for(where: str):

@@ -3,6 +3,7 @@ order in which each observation and each periodic event is handed on."""
 
 from .acceptance import Acceptance
 from .capture import CaptureLayers
+from .coverage import Coverage
 from .draft import DraftFacts
 from .dumps import Dumps
 from .forwards import Forwards
@@ -14,5 +15,6 @@ PARTS = (
     DraftFacts,  # the draft's load-time facts and input widths, its layers against the target's
     Values,  # fingerprints, reference, non-finite, identical slots
     Dumps,  # opt-in dumps of what the draft is fed
+    Coverage,  # verified tokens inside the draft's vocabulary (before Acceptance: a collapse names it)
     Acceptance,  # per-step acceptance, windows, collapse
 )

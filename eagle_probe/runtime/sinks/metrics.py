@@ -91,6 +91,10 @@ class MetricsSink:
                                      "behind).", ("reason",))
         self.aux_nonfinite = counter("eagle_probe_aux_nonfinite_total", "NaN or Inf values seen in sampled aux "
                                      "slots.", ("role", "slot"))
+        self.vocab_tokens = counter("eagle_probe_draft_vocab_verified_tokens_total", "Verified tokens of sampled "
+                                    "verify steps, by whether the draft's vocabulary holds them.", ("in_vocab",))
+        self.vocab_coverage = gauge("eagle_probe_draft_vocab_coverage", "Share of the sampled verified tokens inside "
+                                    "the draft's vocabulary so far (caps the accept rate).", ())
         self._children = {}
         self._layer_series = {}
 
@@ -180,6 +184,14 @@ class MetricsSink:
             child.inc(count)
         for value, count in lengths.items():
             _observe_many(histogram, value, count)
+
+    def add_vocab_coverage(self, in_vocab, total, all_in_vocab, all_total):
+        """Sampled verified tokens since the last flush (in the draft's vocabulary, in all), and the running share."""
+        inside, outside, share = (self._child(self.vocab_tokens, "true"), self._child(self.vocab_tokens, "false"),
+                                  self._child(self.vocab_coverage))
+        inside.inc(in_vocab)
+        outside.inc(total - in_vocab)
+        share.set(all_in_vocab / all_total)
 
     def aux_fingerprints(self, prints):
         """One sampled forward's fingerprints (a list of AuxFingerprint of one role)."""
