@@ -13,7 +13,7 @@ same prepared batches, so drift on the machine hits both alike. Two figures per 
   on a shared VM the other blocks carry other processes' interference. The forward evicts the CPU caches, so this
   is the cold-cache cost. The median over all forwards is printed beside it (context: it moved 2x between runs).
 Fingerprints: one sampled fingerprint per slot count, width and token count (3 x 7168 as DeepSeek-V3 at 8 and 512
-tokens), bf16 and float32 (best of 7 block means, as the reference), and the figure amortised over the forwards
+tokens), bf16 and float32 (best of 7 block medians, as in situ), and the figure amortised over the forwards
 of one sampling interval.
 Draft forward and verify step (acceptance path): the wrapper around a function returning at once, with real
 SGLang objects (llama_eagle3.LlamaModel and a ForwardBatch carrying an EagleDraftInput; Req, ScheduleBatch and
@@ -287,10 +287,12 @@ FINGERPRINT_SHAPES = ((3, 7168, 8), (3, 7168, 512), (3, 64, 8))  # slots, width,
 FORWARDS_PER_S = 50  # a busy rank's target forwards per second, for the amortised figure
 
 
-def fingerprint_cost_us(budget_s=0.2, repeat=REFERENCE_REPEAT):
-    """One sampled fingerprint (queue the reductions, read the host buffer), us per shape and dtype, with the
-    reference's own statistic: the best of `repeat` means over a block of samples (about budget_s per block); on
-    this CPU-only machine both happen in the forward's thread. At the default interval (1 s) one forward in
+def fingerprint_cost_us(budget_s=0.1, repeat=REFERENCE_REPEAT):
+    """One sampled fingerprint (queue the reductions, read the host buffer), us per shape and dtype: the best of
+    `repeat` block medians (3 to 20 samples, about budget_s, per block), as the in-situ figure; a median, not a mean,
+    since a loaded 2-core machine stalls torch's CPU thread pool for milliseconds now and then (not the probe's
+    cost, and no thread pool runs these reductions on a GPU). On this CPU-only machine both happen in the forward's
+    thread. At the default interval (1 s) one forward in
     FORWARDS_PER_S pays it: amortised = cost / FORWARDS_PER_S."""
     import torch
 
@@ -302,14 +304,18 @@ def fingerprint_cost_us(budget_s=0.2, repeat=REFERENCE_REPEAT):
             states = torch.randn(tokens, slots * width).to(dtype)
             fingerprinter = Fingerprinter(slots, width, states.device)
 
-            def sample():
-                fingerprinter.queue(states).read()
-
-            start = time.perf_counter()
-            sample()  # the first sample makes the device's constants
-            number = max(1, min(200, int(budget_s / max(time.perf_counter() - start, 1e-6))))
-            best = min(timeit.repeat(sample, number=number, repeat=repeat)) / number
-            out[f"{slots}x{width}x{tokens}_{str(dtype).replace('torch.', '')}"] = round(best * 1e6, 1)
+            start = time.perf_counter_ns()
+            fingerprinter.queue(states).read()  # the first sample makes the device's constants
+            number = max(3, min(20, int(budget_s * 1e9 / max(time.perf_counter_ns() - start, 1))))
+            blocks = []
+            for _ in range(repeat):
+                times = []
+                for _ in range(number):
+                    start = time.perf_counter_ns()
+                    fingerprinter.queue(states).read()
+                    times.append(time.perf_counter_ns() - start)
+                blocks.append(statistics.median(times))
+            out[f"{slots}x{width}x{tokens}_{str(dtype).replace('torch.', '')}"] = round(min(blocks) / 1000, 1)
     return out
 
 
