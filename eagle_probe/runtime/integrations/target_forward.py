@@ -99,10 +99,7 @@ def _dtype_name(dtype):
 # ForwardBatch.can_run_tbo, and the capture flags are what get_is_capture_mode returns (graph_capture.flag_dicts).
 def _before_forward(instance, args, kwargs):
     """(static, forward batch, input ids, layers, can_run_tbo, capturing): what is known before SGLang runs."""
-    try:
-        static = instance._eagle_probe_static
-    except AttributeError:
-        static = None
+    static = instance.__dict__.get("_eagle_probe_static")  # its own dict: never a __getattr__ that delegates
     if static is None:
         static = _new_static(instance)
     forward_batch = args[2] if len(args) > 2 else kwargs["forward_batch"]
