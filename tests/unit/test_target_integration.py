@@ -67,7 +67,8 @@ def test_capture_flags_are_read_where_the_getter_returns_them_and_called_otherwi
         "one": "is_capture_mode = False\ndef get_is_capture_mode():\n    return is_capture_mode\n",
         "two": "is_capture_mode = False\ndef get_is_capture_mode():\n    return is_capture_mode or "
                "is_in_breakable_cuda_graph()\n",
-        "other": "is_capture_mode = False\nother = True\ndef get_is_capture_mode():\n    return is_capture_mode or other\n"}
+        "other": "is_capture_mode = False\nother = True\ndef get_is_capture_mode():\n"
+                 "    return is_capture_mode or other\n"}
     for form, source in forms.items():
         home = _flag_module(f"flag_home_{form}", source)
         home.is_in_breakable_cuda_graph = breakable.is_in_breakable_cuda_graph
