@@ -8,10 +8,13 @@ same prepared batches, so drift on the machine hits both alike. Two figures per 
 - probe work (hot): the wrapper around a function that returns the real forward's result at once, on the
   real module and batch, minus calling that function directly: the probe's own cost with warm caches;
 - probe work (in situ): the probe's before/after steps timed inside real forwards, minus the same timer around
-  an empty function there. The forward evicts the CPU caches, so this is the cold-cache cost; on this VM even
-  the empty timed call costs microseconds in situ (printed as the baseline).
+  an empty function at the same spots, both (and the reference call there) interleaved in rounds of one block of
+  forwards each; per variant the best block median, the statistic of the reference (timeit's best of repeats):
+  on a shared VM the other blocks carry other processes' interference. The forward evicts the CPU caches, so this
+  is the cold-cache cost. The median over all forwards is printed beside it (context: it moved 2x between runs).
 Fingerprints: one sampled fingerprint per slot count, width and token count (3 x 7168 as DeepSeek-V3 at 8 and 512
-tokens), bf16 and float32, and the figure amortised over the forwards of one sampling interval.
+tokens), bf16 and float32 (best of 7 block medians, as in situ), and the figure amortised over the forwards
+of one sampling interval.
 Draft forward and verify step (acceptance path): the wrapper around a function returning at once, with real
 SGLang objects (llama_eagle3.LlamaModel and a ForwardBatch carrying an EagleDraftInput; Req, ScheduleBatch and
 GenerationBatchResult; the verify hook's owner is a stand-in for the Scheduler, with its server_args'
@@ -154,68 +157,60 @@ def probe_work(inner, batch, result, n):
     return statistics.median(wrapped) - statistics.median(direct)
 
 
-def probe_work_in_situ(runner, batch, n):
-    """Time the wrapper's before/after steps inside real forwards (the wrapper looks them up at call time)."""
-    from eagle_probe.runtime.integrations import target_forward as wrappers
-
-    before, after = wrappers._before_forward, wrappers._after_forward
-    spent, baseline = [], []
-
-    def timed_before(*args):
-        start = time.perf_counter_ns()
-        facts = before(*args)
-        spent.append(time.perf_counter_ns() - start)
-        return facts
-
-    def timed_after(*args):
-        start = time.perf_counter_ns()
-        after(*args)
-        spent[-1] += time.perf_counter_ns() - start
-        start = time.perf_counter_ns()
-        empty()
-        baseline.append(time.perf_counter_ns() - start)
-
-    def empty():
-        return None
-
-    wrappers._before_forward, wrappers._after_forward = timed_before, timed_after
-    try:
-        time_block(runner, batch, n)
-    finally:
-        wrappers._before_forward, wrappers._after_forward = before, after
-    base = statistics.median(baseline)
-    return statistics.median(spent) - 2 * base, base
-
-
-def reference_in_situ(runner, batch, n):
-    """The reference timed where the probe's in-situ steps run (before and after each real forward, with the caches
-    the forward left), minus the same empty timed calls: what the simplest wrapper costs at the same two spots."""
+def in_situ(runner, batch, rounds, block):
+    """The probe's before/after steps timed inside real forwards (the wrapper looks them up at call time), and at
+    the same two spots the reference call and an empty call: `rounds` rounds, each one block of `block` forwards per
+    variant in turn (after two settling forwards), so machine drift hits all three alike. Per variant the best (lowest)
+    block median, as timeit's best of repeats for the reference: higher blocks are other processes' interference
+    (up to 2x between runs on a shared 2-core VM), not the probe's cost. The empty call is timed at the same cold
+    spots, so its cost (the timer's own) is subtracted like for like. Returns (probe, reference, empty, probe's median
+    over all its forwards minus the empty's, for context), in ns."""
     from eagle_probe.runtime.integrations import target_forward as wrappers
 
     before, after = wrappers._before_forward, wrappers._after_forward
     reference, empty = reference_call()
-    spent, baseline = [], []
 
-    def timed_before(*args):
-        start = time.perf_counter_ns()
+    def reference_before(*args):
         reference()
-        spent.append(time.perf_counter_ns() - start)
         return ()
 
-    def timed_after(*args):
-        start = time.perf_counter_ns()
+    def reference_after(*args):
         reference()
-        spent[-1] += time.perf_counter_ns() - start
-        start = time.perf_counter_ns()
-        empty()
-        baseline.append(time.perf_counter_ns() - start)
 
-    wrappers._before_forward, wrappers._after_forward = timed_before, timed_after
-    try:
-        time_block(runner, batch, n)
-    finally:
-        wrappers._before_forward, wrappers._after_forward = before, after
-    return statistics.median(spent) - 2 * statistics.median(baseline)
+    def timed(step_before, step_after, n):
+        spent = []
+
+        def timed_before(*args):
+            start = time.perf_counter_ns()
+            facts = step_before(*args)
+            spent.append(time.perf_counter_ns() - start)
+            return facts
+
+        def timed_after(*args):
+            start = time.perf_counter_ns()
+            step_after(*args)
+            spent[-1] += time.perf_counter_ns() - start
+
+        wrappers._before_forward, wrappers._after_forward = timed_before, timed_after
+        try:
+            time_block(runner, batch, n)
+        finally:
+            wrappers._before_forward, wrappers._after_forward = before, after
+        return spent
+
+    variants = {"probe": (before, after), "reference": (reference_before, reference_after),
+                "empty": (lambda *args: None, lambda *args: None)}
+    medians = {name: [] for name in variants}
+    samples = {name: [] for name in variants}
+    for _ in range(rounds):
+        for name, (step_before, step_after) in variants.items():
+            timed(step_before, step_after, 2)  # settle: the first forward after a switch runs the new steps cold
+            spent = timed(step_before, step_after, block)
+            medians[name].append(statistics.median(spent))
+            samples[name] += spent
+    best = {name: min(values) for name, values in medians.items()}
+    context = statistics.median(samples["probe"]) - statistics.median(samples["empty"])
+    return best["probe"] - best["empty"], best["reference"] - best["empty"], best["empty"], context
 
 
 def paired_median_ns(call_bare, call_probed, n):
@@ -345,9 +340,12 @@ FINGERPRINT_SHAPES = ((3, 7168, 8), (3, 7168, 512), (3, 64, 8))  # slots, width,
 FORWARDS_PER_S = 50  # a busy rank's target forwards per second, for the amortised figure
 
 
-def fingerprint_cost_us(n):
-    """One sampled fingerprint (queue the reductions, read the host buffer), median us per shape and dtype; on this
-    CPU-only machine both happen in the forward's thread. At the default interval (1 s) one forward in
+def fingerprint_cost_us(budget_s=0.1, repeat=REFERENCE_REPEAT):
+    """One sampled fingerprint (queue the reductions, read the host buffer), us per shape and dtype: the best of
+    `repeat` block medians (3 to 20 samples, about budget_s, per block), as the in-situ figure; a median, not a mean,
+    since a loaded 2-core machine stalls torch's CPU thread pool for milliseconds now and then (not the probe's
+    cost, and no thread pool runs these reductions on a GPU). On this CPU-only machine both happen in the forward's
+    thread. At the default interval (1 s) one forward in
     FORWARDS_PER_S pays it: amortised = cost / FORWARDS_PER_S."""
     import torch
 
@@ -358,13 +356,19 @@ def fingerprint_cost_us(n):
         for dtype in (torch.bfloat16, torch.float32):
             states = torch.randn(tokens, slots * width).to(dtype)
             fingerprinter = Fingerprinter(slots, width, states.device)
-            times = []
-            for _ in range(n):
-                start = time.perf_counter_ns()
-                fingerprinter.queue(states).read()
-                times.append(time.perf_counter_ns() - start)
-            out[f"{slots}x{width}x{tokens}_{str(dtype).replace('torch.', '')}"] = round(
-                statistics.median(times) / 1000, 1)
+
+            start = time.perf_counter_ns()
+            fingerprinter.queue(states).read()  # the first sample makes the device's constants
+            number = max(3, min(20, int(budget_s * 1e9 / max(time.perf_counter_ns() - start, 1))))
+            blocks = []
+            for _ in range(repeat):
+                times = []
+                for _ in range(number):
+                    start = time.perf_counter_ns()
+                    fingerprinter.queue(states).read()
+                    times.append(time.perf_counter_ns() - start)
+                blocks.append(statistics.median(times))
+            out[f"{slots}x{width}x{tokens}_{str(dtype).replace('torch.', '')}"] = round(min(blocks) / 1000, 1)
     return out
 
 
@@ -392,6 +396,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--block", type=int, default=20)
+    parser.add_argument("--situ-rounds", type=int, default=20, help="in-situ rounds (one block per variant each)")
+    parser.add_argument("--situ-block", type=int, default=10, help="forwards per in-situ block")
     parser.add_argument("--json", action="store_true", help="print one JSON object of the figures as the last line")
     parser.add_argument("--check", action="store_true", help="exit 1 when a figure is over its budget")
     args = parser.parse_args()
@@ -406,7 +412,8 @@ def main():
     log_dir = tempfile.mkdtemp(prefix="eagle-probe-bench-")
     probe_env = {"EAGLE_PROBE_LOG_DIR": log_dir}  # default settings otherwise
     figures = {"target_forward_hot_us": {}, "target_forward_in_situ_us": {}, "target_forward_added_us": {},
-               "target_forward_ratio": {}, "verify_step_us": {}, "in_situ_reference_us": {}}
+               "target_forward_ratio": {}, "verify_step_us": {}, "in_situ_reference_us": {},
+               "target_forward_in_situ_median_us": {}}
 
     reference, bare = reference_us()
     figures["reference_us"], figures["bare_call_us"] = round(reference, 3), round(bare, 3)
@@ -415,7 +422,7 @@ def main():
     print(f"sglang tiny DeepSeek-V3 (6 layers, hidden {model.config.hidden_size}), CPU, "
           f"{args.rounds} rounds x {args.block} forwards per variant and mode, interleaved")
     print(f"{'mode':<14}{'without us':>12}{'with us':>12}{'added us':>11}{'ratio':>8}"
-          f"{'probe hot us':>14}{'in situ us':>12}{'timer base us':>15}")
+          f"{'probe hot us':>14}{'in situ us':>12}{'timer base us':>15}{'median us':>11}")
     for mode in ("EXTEND", "DECODE", "TARGET_VERIFY"):
         eagle_probe.uninstall()
         batch = prepare(runner)[mode]
@@ -431,16 +438,16 @@ def main():
         result = inner_forward_result(runner, batch)
         eagle_probe.install(env=probe_env)
         work_us = probe_work(model.model, batch, result, 2000) / 1000
-        situ, base = probe_work_in_situ(runner, batch, 100)
-        situ_reference = reference_in_situ(runner, batch, 100)
+        situ, situ_reference, base, situ_median = in_situ(runner, batch, args.situ_rounds, args.situ_block)
         eagle_probe.uninstall()
         without = statistics.median(samples[False]) / 1000
         with_ = statistics.median(samples[True]) / 1000
         print(f"{mode:<14}{without:>12.1f}{with_:>12.1f}{with_ - without:>11.1f}{with_ / without:>8.3f}"
-              f"{work_us:>14.2f}{situ / 1000:>12.2f}{base / 1000:>15.2f}")
+              f"{work_us:>14.2f}{situ / 1000:>12.2f}{base / 1000:>15.2f}{situ_median / 1000:>11.2f}")
         figures["target_forward_hot_us"][mode] = round(work_us, 2)
         figures["target_forward_in_situ_us"][mode] = round(situ / 1000, 2)
         figures["in_situ_reference_us"][mode] = round(situ_reference / 1000, 2)
+        figures["target_forward_in_situ_median_us"][mode] = round(situ_median / 1000, 2)
         figures["target_forward_added_us"][mode] = round(with_ - without, 1)
         figures["target_forward_ratio"][mode] = round(with_ / without, 4)
     eagle_probe.install(env=probe_env)
@@ -457,7 +464,7 @@ def main():
             figures["coverage_count_us"] = round(added, 2)  # the flush thread's, per sampled step (context)
     figures["flush_us"] = round(flush_cost_us(500), 2)
     print(f"flush of everything counted: {figures['flush_us']:.2f} us (every flush interval, off the hot path)")
-    figures["fingerprint_us"] = fingerprint_cost_us(20)
+    figures["fingerprint_us"] = fingerprint_cost_us()
     tiny = figures["fingerprint_us"]["3x64x8_float32"]  # the model this benchmark runs
     figures["fingerprint_amortised_us"] = round(tiny / FORWARDS_PER_S, 2)
     print(f"\n{'fingerprint (slots x width x tokens, dtype)':<46}{'us per sample':>14}")

@@ -198,6 +198,23 @@ def test_graph_capture_layers_differ_from_eager(dense, probe):
     assert mismatch["evidence"]["graph_layers"] == [0, 2, 3] and mismatch["evidence"]["eager_layers"] == [2, 4, 5]
 
 
+def test_a_breakable_graph_capture_is_a_graph_capture(dense, probe):
+    from sglang.srt.model_executor.runner_backend_utils.breakable_cuda_graph import context
+    from sglang.srt.model_executor.runner_utils import capture_mode
+    model, runner = dense
+    model.set_eagle3_layers_to_capture([1, 3, 4])
+    runner.reset()
+    context._in_breakable_cuda_graph = True  # SGLang's other flag, as enable_breakable_cuda_graph() sets it
+    try:
+        assert capture_mode.get_is_capture_mode() is True
+        runner.extend(TOKENS, capture_hidden_mode=full_capture())
+    finally:
+        context._in_breakable_cuda_graph = False
+    runner.reset()
+    runner.extend(TOKENS, capture_hidden_mode=full_capture())
+    assert [f["path"] for f in probe.events("eagle_probe.target.forward")] == ["graph_capture", "eager"]
+
+
 def test_raising_sink_never_reaches_sglang(dense, probe):
     model, runner = dense
     model.set_eagle3_layers_to_capture([1, 3, 4])

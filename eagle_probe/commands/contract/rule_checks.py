@@ -211,3 +211,35 @@ def retraction_sites_problem(src, module: str, qualname: str):
     if not found:
         return f"{qualname} does not set is_retracted = True"
     return f"also set in {sorted(set(elsewhere))}" if elsewhere else None
+
+
+# ---- plain reads the target wrapper makes instead of calling SGLang's accessors (runtime/integrations) --------------
+
+def returns_test(*bodies: str):
+    """A function whose body is one `return EXPR`, EXPR one of `bodies` (as ast.unparse writes it)."""
+    def test(node):
+        statements = [s for s in node.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+        got = ast.unparse(statements[0].value) if len(statements) == 1 and isinstance(statements[0], ast.Return) \
+            and statements[0].value is not None else None
+        return None if got in bodies else f"body is {ast.unparse(node.body[-1])!r}, not `return` {' / '.join(bodies)}"
+
+    return test
+
+
+def capture_flag_claim(module: str) -> Claim:
+    """get_is_capture_mode returns `is_capture_mode`, or `is_capture_mode or is_in_breakable_cuda_graph()` where that
+    function returns `_in_breakable_cuda_graph`: the flags runtime/context/graph_capture.flag_dicts reads."""
+    single, double = "is_capture_mode", "is_capture_mode or is_in_breakable_cuda_graph()"
+
+    def check(src):
+        found, error = find_function(src, module, "get_is_capture_mode")
+        if error:
+            return error
+        problem = returns_test(single, double)(found.node)
+        if problem or ast.unparse(found.node.body[-1].value) == single:
+            return problem
+        breakable, error = find_function(src, found.module, "is_in_breakable_cuda_graph")
+        return error or returns_test("_in_breakable_cuda_graph")(breakable.node)
+
+    return Claim(f"{module}.get_is_capture_mode returns is_capture_mode [or is_in_breakable_cuda_graph(), which "
+                 "returns _in_breakable_cuda_graph] (the target wrapper reads those flags directly)", check)

@@ -11,10 +11,10 @@ from ... import versions
 from ...versions import RANKS_RUNTIME_CONTEXT, V1_WORKER, VersionRules
 from .draft_claims import KIMI_MODULE, draft_id_claims
 from .claims import Claim, absent, body_check, dataclass_field, defines, env_default, module_mentions, sets_attributes
-from .rule_checks import (assigns_result_field, aux_list_test, aux_packed_test, calls_name, capture_rule_test,
-                          default_ids_test, embedding_capturable_test, embedding_not_capturable_test,
+from .rule_checks import (assigns_result_field, aux_list_test, aux_packed_test, calls_name, capture_flag_claim,
+                          capture_rule_test, default_ids_test, embedding_capturable_test, embedding_not_capturable_test,
                           graph_setup_calls_defaults, no_default_setter_calls, retraction_sites_problem,
-                          returns_committed_token_lists, takes_param)
+                          returns_committed_token_lists, returns_test, takes_param)
 
 DS = versions.DEEPSEEK_V2
 FORWARD_BATCH = "sglang.srt.model_executor.forward_batch_info"
@@ -46,6 +46,8 @@ ATTRIBUTES_READ: Tuple[Claim, ...] = (
                    ast.unparse(n) for n in ast.walk(node) if isinstance(n, ast.Attribute)} else "does not read both"),
     sets_attributes(DS, "DeepseekV2ForCausalLM", ("model", "config", "pp_group", "capture_aux_hidden_states")),
     defines(FORWARD_BATCH, "ForwardBatch.can_run_tbo", kind="property"),
+    body_check(FORWARD_BATCH, "ForwardBatch.can_run_tbo", "returns self.tbo_split_seq_index is not None (the target "
+               "wrapper reads that field)", returns_test("self.tbo_split_seq_index is not None")),
     dataclass_field(FORWARD_BATCH, "ForwardBatch", "forward_mode"),
     dataclass_field(FORWARD_BATCH, "ForwardBatch", "tbo_split_seq_index"),
     sets_attributes(MODEL_RUNNER, "ModelRunner", ("is_draft_worker", "model")),
@@ -82,6 +84,7 @@ def _rule_claims(rules: VersionRules) -> List[Claim]:
                               "all-layer dumps hand each layer their collector there)",
                               takes_param(versions.LAYER_CAPTURE_KWARG)))
     out.append(defines(rules.capture_flag_module, "get_is_capture_mode"))
+    out.append(capture_flag_claim(rules.capture_flag_module))
     out.append(defines(DS, rules.tbo_helper, what=f"{DS} binds the TBO helper {rules.tbo_helper}"))
     out.append(body_check(DS, _MODEL_FORWARD, f"runs TBO layers through {rules.tbo_helper}",
                           calls_name(rules.tbo_helper)))

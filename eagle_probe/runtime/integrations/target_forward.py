@@ -19,13 +19,13 @@ _wall = time.time  # the sampler's clock (wall-clock buckets, equal across TP ra
 
 class _ModelStatic:
     """Per-module facts that do not change between forwards, read once (config reads are slow), and the last
-    signature seen per mode: a forward that matches it is only counted."""
+    signature seen per mode: a forward that matches it is only counted. Kept in the module's own __dict__ (one
+    attribute read per forward); a copy or pickle of the module carries None instead, so it reads its own."""
 
-    __slots__ = ("ref", "model_class", "role", "num_layers", "start_layer", "end_layer", "first_k_dense_replace",
-                 "splits", "last", "forwards", "capturing", "sampled", "tensor")
+    __slots__ = ("model_class", "role", "num_layers", "start_layer", "end_layer", "first_k_dense_replace",
+                 "splits", "last", "forwards", "capturing", "flags", "sampled", "tensor")
 
     def __init__(self, instance):
-        self.ref = weakref.ref(instance)
         self.model_class = type(instance).__name__
         self.role = role_of(instance)
         config = getattr(instance, "config", None)
@@ -41,10 +41,17 @@ class _ModelStatic:
         self.last = {}  # forward mode -> (signature, count key, lost slots)
         self.forwards = 0  # this model's forwards so far: the `step` of a fingerprint
         self.capturing = graph_capture.reader()
+        self.flags = graph_capture.flag_dicts()  # SGLang's capture flags read directly where that is proven
         self.sampled = None  # the ForwardMode members whose aux states are fingerprinted (read at the first forward)
         import torch  # imported by SGLang long before its first forward
 
         self.tensor = torch.Tensor
+
+    def __deepcopy__(self, memo):
+        return None
+
+    def __reduce__(self):
+        return type(None), ()
 
 
 INNER_ROWS = {}  # inner model class -> its family row (filled by integrations/targets.py)
@@ -61,13 +68,22 @@ def _split(row, start, end, first_k_dense_replace, can_run_tbo):
     return split_layers(start, end, first_k_dense_replace, can_run_tbo)
 
 
-_statics = {}  # id(module) -> _ModelStatic (its weak reference tells a reused id apart)
+_STATIC = "_eagle_probe_static"  # the module's own attribute holding its _ModelStatic
+_owners = weakref.WeakSet()  # the modules holding one, so that forgetting reaches them
 _dtype_names = {}
 
 
 def forget_static_facts():
     """Called when roles change (a ModelRunner loaded a model) and at uninstall."""
-    _statics.clear()
+    for module in list(_owners):
+        module.__dict__.pop(_STATIC, None)
+    _owners.clear()
+
+
+def _new_static(instance):
+    static = instance.__dict__[_STATIC] = _ModelStatic(instance)  # not Module.__setattr__: a plain attribute
+    _owners.add(instance)
+    return static
 
 
 def _dtype_name(dtype):
@@ -78,15 +94,20 @@ def _dtype_name(dtype):
 
 
 # The hot path is written out in the two functions below: after a forward the CPU caches are cold, and there every
-# Python call costs microseconds (benchmarks/overhead.py, "in situ").
+# Python call and every object touched costs microseconds (benchmarks/overhead.py, "in situ"). Hence plain reads
+# where the contract proves them equal to SGLang's own accessors: `tbo_split_seq_index is not None` is the body of
+# ForwardBatch.can_run_tbo, and the capture flags are what get_is_capture_mode returns (graph_capture.flag_dicts).
 def _before_forward(instance, args, kwargs):
     """(static, forward batch, input ids, layers, can_run_tbo, capturing): what is known before SGLang runs."""
-    static = _statics.get(id(instance))
-    if static is None or static.ref() is not instance:
-        static = _statics[id(instance)] = _ModelStatic(instance)
+    static = instance.__dict__.get("_eagle_probe_static")  # its own dict: never a __getattr__ that delegates
+    if static is None:
+        static = _new_static(instance)
     forward_batch = args[2] if len(args) > 2 else kwargs["forward_batch"]
+    flags = static.flags
     return (static, forward_batch, args[0] if args else kwargs.get("input_ids"), tuple(instance.layers_to_capture),
-            bool(forward_batch.can_run_tbo), static.capturing())
+            forward_batch.tbo_split_seq_index is not None,
+            flags[0]["is_capture_mode"] or flags[1]["_in_breakable_cuda_graph"] if flags is not None
+            else static.capturing())
 
 
 def _result_key(result):
@@ -120,9 +141,9 @@ def _after_forward(facts, result, error):
             # The packed aux width alone (a list: its length and last width): the hidden width and dtype are the
             # model's and do not change. No helper call on either format (Llama, Qwen, ... return a list).
             if type(aux) is static.tensor:
-                shapes = aux.size(-1)
+                shapes = aux.shape[-1]  # cheaper than size(-1), which parses its arguments
             elif isinstance(aux, list) and aux:
-                shapes = (len(aux), aux[-1].size(-1))
+                shapes = (len(aux), aux[-1].shape[-1])
             else:
                 shapes = _result_key(result)
             signature = (layers, can_run_tbo, capturing, shapes)
