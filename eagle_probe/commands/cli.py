@@ -226,6 +226,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_doctor_parser(sub)
     from .parity import add_parser as add_parity_parser
     add_parity_parser(sub)
+    from .consistency.command import add_parser as add_consistency_parser
+    add_consistency_parser(sub)
     from .reference import add_parser as add_reference_parser
     add_reference_parser(sub)
     from .replay import add_parser as add_replay_parser  # torch is imported only when replay runs

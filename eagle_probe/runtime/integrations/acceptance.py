@@ -19,6 +19,7 @@ from ..context import sglang_context
 from ...observations import VerifyStep
 from ..state import STATE
 from ..patcher import Integration, PatchTarget
+from ..values.verify_dumps import V1, V2
 
 _is_retracted = attrgetter("is_retracted")
 _finished_reason = attrgetter("finished_reason")  # Req.finished() is `finished_reason is not None`
@@ -84,7 +85,11 @@ def _v1_wrapper(target: str, site: str):
         output = wrapped(*args, **kwargs)
         if STATE.active:
             try:
-                _record(getattr(output[1], _field(target)), _draft_positions(instance), target)
+                counts = getattr(output[1], _field(target))
+                _record(counts, _draft_positions(instance), target)
+                if STATE.recorder.dumps.waiting:  # a dumped verify forward awaits its accepted rows
+                    batch = args[0] if args else kwargs["batch"]
+                    STATE.recorder.dumps.verify_resolved(batch.reqs, counts, V1)
             except Exception as exc:
                 STATE.report_error(site, exc)
         return output
@@ -99,9 +104,12 @@ def _v2_wrapper(target: str, site: str):
             try:
                 result = args[0] if args else kwargs["result"]
                 batch = args[1] if len(args) > 1 else kwargs["batch"]
-                live = _live(getattr(result, _field(target)), batch.reqs)
+                counts = getattr(result, _field(target))
+                live = _live(counts, batch.reqs)
                 if live:
                     _record(live, _draft_positions(instance, result), target)
+                if STATE.recorder.dumps.waiting:  # a dumped verify forward awaits its accepted rows
+                    STATE.recorder.dumps.verify_resolved(batch.reqs, counts, V2)
             except Exception as exc:
                 STATE.report_error(site, exc)
         return output
