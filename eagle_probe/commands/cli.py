@@ -1,4 +1,5 @@
-"""The eagle-probe command line: run, doctor, summarize, bootstrap-path."""
+"""The eagle-probe command line: run, doctor, summarize, bootstrap-path; replay, parity, consistency and the others
+register their own subcommands."""
 
 import argparse
 import os
@@ -36,7 +37,7 @@ RUN_OPTIONS = (
     ("--dump-layers", "EAGLE_PROBE_DUMP_LAYERS", "aux (what the draft receives) or all (also every layer's input)"),
     ("--dump-max-mb", "EAGLE_PROBE_DUMP_MAX_MB", "the dump directory's total size in MB (default 256)"),
     ("--dump-modes", "EAGLE_PROBE_DUMP_MODES", "forward modes dumped: extend (default), target_verify, or both "
-     "(extend,target_verify)"),
+     "(extend,target_verify: what `eagle-probe consistency` needs)"),
 )
 PATH_OPTIONS = ("--log-dir", "--dump-dir", "--reference")
 # Options that do nothing without another: (options, the one they need, its variable).
