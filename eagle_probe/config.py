@@ -51,8 +51,8 @@ class ProbeConfig:
     collapse_ratio: float = 0.6  # observed / expected mean acceptance length under this is a collapse
     collapse_min_drafts: int = 64  # request-steps a window needs before it can be judged
     trained_layers: Optional[str] = None  # e.g. "hf:0,3,31": what the draft was trained on
-    dump_dir: Optional[str] = None  # opt-in dumps of target EXTEND forwards (they contain token ids)
-    dump_every: int = 10  # the first eligible forward, then every N-th
+    dump_dir: Optional[str] = None  # opt-in dumps of target forwards of dump_modes (they contain token ids)
+    dump_every: int = 10  # the first eligible forward of each mode, then every N-th
     dump_ranks: Optional[Tuple[int, ...]] = (0,)  # tp ranks that write; None: all
     dump_layers: str = "aux"  # aux: what the draft receives; all: also the residual stream entering every layer
     dump_max_mb: float = 256.0  # the dump directory's total

@@ -13,3 +13,9 @@ AUX, FINAL, INPUT_IDS, POSITIONS = "aux_hidden_states", "final_hidden_state", "i
 REQUIRED = (AUX, FINAL, INPUT_IDS, POSITIONS)
 SEQ_LENS, PREFIX_LENS = "extend_seq_lens", "extend_prefix_lens"  # per request, where the batch has them
 LAYER_PREFIX = "hidden_states."  # hidden_states.I: the residual stream entering layer I (all-layer dumps)
+# Target verify forwards (EAGLE_PROBE_DUMP_MODES=...,target_verify; metadata "mode" = "TARGET_VERIFY"): the rows are
+# the requests' verify chains one after another ("req_ids" in the metadata, in row order, each "rows_per_request"
+# rows); per request, the drafts the verify step accepted (-1: unknown) and the committed tokens before its first row.
+ACCEPTED = "accepted_drafts"  # [B] int64: rows 0..accepted of the request were committed (row 0 always is)
+PREFIX_IDS, PREFIX_COUNTS = "committed_ids", "committed_counts"  # the B prefixes back to back, [B] their lengths
+EXTEND_MODE, VERIFY_MODE = "EXTEND", "TARGET_VERIFY"

@@ -1,4 +1,5 @@
-"""The eagle-probe command line: run, doctor, summarize, bootstrap-path."""
+"""The eagle-probe command line: run, doctor, summarize, bootstrap-path; replay, parity, consistency and the others
+register their own subcommands."""
 
 import argparse
 import os
@@ -38,7 +39,7 @@ RUN_OPTIONS = (
     ("--dump-layers", "EAGLE_PROBE_DUMP_LAYERS", "aux (what the draft receives) or all (also every layer's input)"),
     ("--dump-max-mb", "EAGLE_PROBE_DUMP_MAX_MB", "the dump directory's total size in MB (default 256)"),
     ("--dump-modes", "EAGLE_PROBE_DUMP_MODES", "forward modes dumped: extend (default), target_verify, or both "
-     "(extend,target_verify)"),
+     "(extend,target_verify: what `eagle-probe consistency` needs)"),
 )
 PATH_OPTIONS = ("--log-dir", "--dump-dir", "--reference")
 # Options that do nothing without another: (options, the one they need, its variable).
@@ -228,6 +229,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_doctor_parser(sub)
     from .parity import add_parser as add_parity_parser
     add_parity_parser(sub)
+    from .consistency.command import add_parser as add_consistency_parser
+    add_consistency_parser(sub)
     from .reference import add_parser as add_reference_parser
     add_reference_parser(sub)
     from .replay import add_parser as add_replay_parser  # torch is imported only when replay runs

@@ -6,8 +6,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Dict, List, Tuple
 
-from ..dump_format import (AUX, FINAL, FORMAT_KEY, FORMAT_VERSION, INPUT_IDS, LAYER_PREFIX, META_KEY,
-                           POSITIONS, PREFIX_LENS, REQUIRED, SEQ_LENS, SUFFIX)
+from ..dump_format import (ACCEPTED, AUX, EXTEND_MODE, FINAL, FORMAT_KEY, FORMAT_VERSION, INPUT_IDS, LAYER_PREFIX,
+                           META_KEY, POSITIONS, PREFIX_COUNTS, PREFIX_IDS, PREFIX_LENS, REQUIRED, SEQ_LENS, SUFFIX)
 from .safetensors_io import open_safetensors, read_tensor
 
 NO_DUMPS_HINT = ("the probe writes them when EAGLE_PROBE_DUMP_DIR is set (EAGLE_PROBE_DUMP_LAYERS=all for replay "
@@ -120,7 +120,8 @@ def read_dump(path: str, layers: bool = True) -> Dump:
         def read(name):
             return read_tensor(handle, path, name, "dump", DumpError)
 
-        tensors = {name: read(name) for name in REQUIRED + (SEQ_LENS, PREFIX_LENS) if name in names}
+        optional = (SEQ_LENS, PREFIX_LENS, ACCEPTED, PREFIX_IDS, PREFIX_COUNTS)
+        tensors = {name: read(name) for name in REQUIRED + optional if name in names}
         hf_indices = _int_list(meta, "hf_indices", path)
         _check_shapes(tensors, hf_indices, path)
         rows, hidden = int(tensors[INPUT_IDS].shape[0]), int(tensors[FINAL].shape[1])
@@ -150,19 +151,22 @@ def dump_paths(path: str) -> Tuple[str, List[str]]:
     return path, [os.path.join(path, name) for name in names]
 
 
-def read_dump_dir(path: str, layers: bool = True, strict: bool = False) -> DumpSet:
-    """Every dump under `path` (a directory, or one file). `strict`: the first unusable file is the error;
+def read_dump_dir(path: str, layers: bool = True, strict: bool = False, modes=(EXTEND_MODE,)) -> DumpSet:
+    """Every dump under `path` (a directory, or one file) of a forward mode in `modes` (default EXTEND: verify
+    dumps are `consistency`'s, other files are left out silently). `strict`: the first unusable file is the error;
     otherwise unusable files are listed as skipped, and only a set with no usable dump is an error."""
     directory, files = dump_paths(path)
     found = DumpSet(directory)
     for file in files:
         try:
-            found.dumps.append(read_dump(file, layers=layers))
+            dump = read_dump(file, layers=layers)
+            if dump.meta.get("mode", EXTEND_MODE) in modes:
+                found.dumps.append(dump)
         except DumpError as exc:
             if strict:
                 raise
             found.skipped.append((file, str(exc)))
     if not found.dumps:
-        why = "; ".join(reason for _, reason in found.skipped[:3])
+        why = "; ".join(reason for _, reason in found.skipped[:3]) or f"none of forward mode {', '.join(modes)}"
         raise DumpError(f"--dump {path}: no readable eagle-probe dumps ({why})")
     return found

@@ -31,6 +31,11 @@ if os.environ.get("SGLANG_CPU_TP", "") == "1" or os.environ.get("SGLANG_CPU_PERT
         tp_shims.apply()
     tp_shims.apply_perturbation()
 
+if os.environ.get("SGLANG_CPU_SHIFT_VERIFY_AUX", ""):
+    from sglang_cpu import verify_faults  # noqa: E402
+
+    verify_faults.apply()  # test-only: verify forwards' aux states shifted by one row while a flag file exists
+
 from sglang_cpu import census  # noqa: E402
 
 census.start()

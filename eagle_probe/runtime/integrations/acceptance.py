@@ -22,6 +22,7 @@ from ..context import sglang_context
 from ...observations import VerifyStep
 from ..state import STATE
 from ..patcher import Integration, PatchTarget
+from ..values.verify_dumps import V1, V2
 
 _is_retracted = attrgetter("is_retracted")
 _finished_reason = attrgetter("finished_reason")  # Req.finished() is `finished_reason is not None`
@@ -96,10 +97,14 @@ def _v1_wrapper(target: str, site: str):
         output = wrapped(*args, **kwargs)
         if STATE.active:
             try:
-                _record(getattr(output[1], _field(target)), _draft_positions(instance), target)
+                counts = getattr(output[1], _field(target))
+                _record(counts, _draft_positions(instance), target)
                 coverage = STATE.recorder.coverage
                 if coverage is not None and _now() >= coverage.next_due and coverage.due():
                     coverage.add_device(getattr(output[1], _tokens_field(target)))  # committed tokens, on the device
+                if STATE.recorder.dumps.waiting:  # a dumped verify forward awaits its accepted rows
+                    batch = args[0] if args else kwargs["batch"]
+                    STATE.recorder.dumps.verify_resolved(batch.reqs, counts, V1)
             except Exception as exc:
                 STATE.report_error(site, exc)
         return output
@@ -122,6 +127,8 @@ def _v2_wrapper(target: str, site: str):
                     if coverage is not None and _now() >= coverage.next_due and coverage.due():
                         # the committed tokens, host lists; all live when no count was left out (the common case)
                         coverage.add_lists(output if live is counts else _live(output, batch.reqs))
+                if STATE.recorder.dumps.waiting:  # a dumped verify forward awaits its accepted rows
+                    STATE.recorder.dumps.verify_resolved(batch.reqs, counts, V2)
             except Exception as exc:
                 STATE.report_error(site, exc)
         return output

@@ -5,6 +5,7 @@ from ...events import DUMP_STOPPED, DUMP_WRITTEN
 from ...versions import LAYER_CAPTURE_KWARG
 from ..values.dump_plan import DumpPlanner
 from ..values.dumps import STOP_REASONS, DumpWriter
+from ..values.verify_dumps import note_step
 from .base import Part
 
 
@@ -15,14 +16,20 @@ class Dumps(Part):
         super().__init__(recorder)
         config = self.config
         self.planner = self.writer = None
+        self.waiting = []  # dumped verify forwards awaiting their step's resolution (values/verify_dumps.py)
         if config.dump_dir:
             kwarg = LAYER_CAPTURE_KWARG if self.rules.embedding_capturable else None
-            self.planner = DumpPlanner(config.dump_every, config.dump_ranks, config.dump_layers == "all", kwarg)
+            self.planner = DumpPlanner(config.dump_every, config.dump_ranks, config.dump_layers == "all", kwarg,
+                                       config.dump_modes)
             self.writer = DumpWriter(config.dump_dir, int(config.dump_max_mb * 1024 * 1024), self.written,
                                      self.stopped, on_error=lambda exc: self.out.internal_error("dumps.write", exc))
 
     def exports(self) -> dict:
         return {"dumps": self, "dump_planner": self.planner, "dump_writer": self.writer}
+
+    def verify_resolved(self, reqs, counts, worker: str):
+        """From a verify step's resolution while self.waiting (integrations/acceptance.py)."""
+        note_step(self.waiting, reqs, counts, worker)
 
     def written(self, path: str, nbytes: int):
         """From the writer's thread: one file is complete."""

@@ -7,8 +7,10 @@ import time
 
 from ... import __version__
 from ...analysis.layers import capture_label
-from ...dump_format import AUX, FINAL, INPUT_IDS, LAYER_PREFIX, POSITIONS, PREFIX_LENS, SEQ_LENS
+from ...dump_format import (AUX, EXTEND_MODE, FINAL, INPUT_IDS, LAYER_PREFIX, POSITIONS, PREFIX_LENS, SEQ_LENS,
+                            VERIFY_MODE)
 from .dumps import DumpJob
+from .verify_dumps import MAX_WAITING, VerifyDumpJob
 from .layer_taps import tap_layers
 from .sampler import packed_aux, real_tokens
 
@@ -31,20 +33,24 @@ class DumpPlanner:
     """Which target forwards are dumped: decided from counts that are equal on every rank, never from whether
     this rank's writer still runs (taps must stay matched across ranks)."""
 
-    def __init__(self, every: int, ranks, all_layers: bool, layer_kwarg):
+    def __init__(self, every: int, ranks, all_layers: bool, layer_kwarg, modes=("extend",)):
         self.every = every
         self.ranks = None if ranks is None else frozenset(ranks)
         self.all_layers = all_layers and layer_kwarg is not None
         self.layer_kwarg = layer_kwarg
-        self.eligible = 0
+        self.modes = frozenset(mode.upper() for mode in modes)  # ForwardMode names: EXTEND, TARGET_VERIFY
+        self.counts = dict.fromkeys(self.modes, 0)  # eligible forwards per mode
+        self.eligible = 0  # of EXTEND (as before verify dumps)
 
-    def plan(self, model, tp_rank, can_run_tbo: bool, writer_running: bool):
-        """For an eager target EXTEND forward about to run: a DumpPlan, or None."""
-        self.eligible += 1
-        if (self.eligible - 1) % self.every:
+    def plan(self, model, tp_rank, can_run_tbo: bool, writer_running: bool, mode: str = EXTEND_MODE):
+        """For an eager target forward of a dumped mode about to run: a DumpPlan, or None."""
+        count = self.counts[mode] = self.counts[mode] + 1
+        if mode == EXTEND_MODE:
+            self.eligible = count
+        if (count - 1) % self.every:
             return None
         write = writer_running and (self.ranks is None or (tp_rank or 0) in self.ranks)
-        plan = DumpPlan(write, self.eligible)
+        plan = DumpPlan(write, count)
         if self.all_layers and not can_run_tbo:  # TBO runs its layers elsewhere: aux only then
             plan.kept, plan.untap = tap_layers(model, int(model.start_layer), int(model.end_layer),
                                                self.layer_kwarg, keep=write)
@@ -52,10 +58,12 @@ class DumpPlanner:
 
 
 def plan_forward(model, static, forward_batch, can_run_tbo: bool, capturing: bool, recorder):
-    """For a target forward about to run: a DumpPlan when it is an eager EXTEND forward the planner picks."""
-    if capturing or static.role != "target" or forward_batch.forward_mode.name != "EXTEND":
-        return None
+    """For a target forward about to run: a DumpPlan when it is an eager forward of a dumped mode (EXTEND,
+    TARGET_VERIFY) the planner picks."""
+    mode = forward_batch.forward_mode.name
     dumps = recorder.dumps
+    if capturing or static.role != "target" or mode not in dumps.planner.modes:
+        return None
     writer = dumps.writer
     ranks = recorder.ensure_ranks() and recorder.ranks
     if not writer.stopped and not writer.prepared:
@@ -64,7 +72,7 @@ def plan_forward(model, static, forward_batch, can_run_tbo: bool, capturing: boo
         except OSError as exc:
             writer.stop("unwritable", f"{type(exc).__name__}: {exc}")
     tp_rank = ranks.tp_rank if ranks else 0
-    return dumps.planner.plan(model, tp_rank, can_run_tbo, not writer.stopped)
+    return dumps.planner.plan(model, tp_rank, can_run_tbo, not writer.stopped, mode)
 
 
 def submit_forward(plan, static, forward_batch, input_ids, positions, layers, result, recorder):
@@ -78,6 +86,11 @@ def submit_forward(plan, static, forward_batch, input_ids, positions, layers, re
     tokens = real_tokens(forward_batch, hidden.shape[0])
     tensors = {AUX: aux[:tokens], FINAL: hidden[:tokens], INPUT_IDS: input_ids[:tokens],
                POSITIONS: positions[:tokens]}
+    mode = forward_batch.forward_mode.name
+    req_ids = getattr(forward_batch, "rids", None) if mode == VERIFY_MODE else None
+    if mode == VERIFY_MODE and (not req_ids or tokens % len(req_ids) or len(recorder.dumps.waiting) >= MAX_WAITING):
+        recorder.dumps.skipped("verify_unmatched")  # no request ids, rows not one chain per request, or too many
+        return
     for name in (SEQ_LENS, PREFIX_LENS):
         values = getattr(forward_batch, f"{name}_cpu", None)
         if isinstance(values, list):
@@ -89,7 +102,7 @@ def submit_forward(plan, static, forward_batch, input_ids, positions, layers, re
     ranks = recorder.ranks
     metadata = {
         "format_version": 1, "probe_version": __version__, "sglang_version": recorder.sglang_version,
-        "model_class": static.model_class, "dtype": str(hidden.dtype).replace("torch.", ""), "mode": "EXTEND",
+        "model_class": static.model_class, "dtype": str(hidden.dtype).replace("torch.", ""), "mode": mode,
         "step": static.forwards + 1,
         "dump_index": plan.step, "tokens": tokens, "requests": len(tensors.get(SEQ_LENS, ())),
         "hidden_size": int(hidden.shape[-1]), "num_layers": static.num_layers,
@@ -99,6 +112,15 @@ def submit_forward(plan, static, forward_batch, input_ids, positions, layers, re
         "tp_rank": None if ranks is None else ranks.tp_rank, "tp_size": None if ranks is None else ranks.tp_size,
         "pp_rank": None if ranks is None else ranks.pp_rank, "dp_rank": None if ranks is None else ranks.dp_rank,
         "pid": os.getpid(), "time": time.time(),
+        "dump_every": recorder.dumps.planner.every, "dump_modes": sorted(recorder.dumps.planner.modes),
     }
-    if not recorder.dumps.writer.submit(DumpJob(tensors, metadata)):
+    if req_ids is None:
+        job = DumpJob(tensors, metadata)
+    else:
+        rows = tokens // len(req_ids)
+        metadata.update(req_ids=list(req_ids), rows_per_request=rows, requests=len(req_ids))
+        job = VerifyDumpJob(tensors, metadata, req_ids, rows)
+    if not recorder.dumps.writer.submit(job):
         recorder.dumps.skipped("writer_behind")
+    elif req_ids is not None:
+        recorder.dumps.waiting.append(job)

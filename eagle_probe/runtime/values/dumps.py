@@ -1,10 +1,11 @@
-"""Opt-in dumps of what the draft is fed: one safetensors file per dumped target EXTEND forward.
+"""Opt-in dumps of what the draft is fed: one safetensors file per dumped target forward (EXTEND, and TARGET_VERIFY
+with EAGLE_PROBE_DUMP_MODES; see verify_dumps.py).
 
-Which forwards: every EAGLE_PROBE_DUMP_EVERY-th eager target EXTEND forward, counted the same way on every rank
-(the first one, then every N-th), written by the ranks in EAGLE_PROBE_DUMP_RANKS. With EAGLE_PROBE_DUMP_LAYERS=all
-every rank taps the decoder layers of that forward alone (each layer gets a collector through the keyword SGLang
-hands its own capture collector in; SGLang's own is passed on untouched), so that collectives stay matched across
-ranks; only the writing ranks keep what was tapped.
+Which forwards: every EAGLE_PROBE_DUMP_EVERY-th eager target forward of each dumped mode, counted the same way on
+every rank (the first one, then every N-th), written by the ranks in EAGLE_PROBE_DUMP_RANKS. With
+EAGLE_PROBE_DUMP_LAYERS=all every rank taps the decoder layers of that forward alone (each layer gets a collector
+through the keyword SGLang hands its own capture collector in; SGLang's own is passed on untouched), so that
+collectives stay matched across ranks; only the writing ranks keep what was tapped.
 On the forward's path only device-side copies are queued (into pinned host memory, non_blocking, with an event);
 a background thread waits for the event by polling query(), then writes the file (0600, in a 0700 directory,
 through a temporary name). The directory's total stays under EAGLE_PROBE_DUMP_MAX_MB; a full disk, the cap or an
@@ -54,6 +55,9 @@ class DumpJob:
 
     def ready(self) -> bool:
         return self.event is None or self.event.query()
+
+    def finish(self):
+        """On the writer thread, once ready: complete what waited for later facts (verify dumps)."""
 
 
 def job_bytes(rows: int, width: int, slots: int, layers: int) -> int:
@@ -141,6 +145,7 @@ class DumpWriter:
                 while not job.ready():
                     time.sleep(_POLL_S)  # polled: the device is never synchronised
                 if not self.stopped:
+                    job.finish()
                     self._write(job)
             except Exception as exc:  # a bug or an unexpected state: stop dumps, keep the server
                 self.stop("error", f"{type(exc).__name__}: {exc}")

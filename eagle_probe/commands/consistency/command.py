@@ -1,0 +1,106 @@
+"""`eagle-probe consistency --dump DIR --server http://HOST:PORT [--format json]`
+
+Are the aux states the target fed the draft on the decode path the ones a prefill of the same tokens gives? For
+every request of every TARGET_VERIFY dump in DIR (EAGLE_PROBE_DUMP_MODES=extend,target_verify) whose verify step's
+outcome the probe saw, the committed rows (row 0, the pending token, and the accepted drafts) are compared with the
+server itself as the reference: its prefix cache is flushed (/flush_cache), the tokens up to and including the last
+committed row are sent again (/generate, one new token), and the EXTEND dump its probe writes of them gives the
+prefill's rows. Each row and aux slot is compared by rel_diff = 1 - 2 Σxy / (Σx² + Σy²) against a tolerance
+derived from measured noise (README "Consistency"). The server must be idle, serve the same model and dump EXTEND
+forwards into DIR.
+
+Exit status: 0 all rows agree, 1 verify_prefill_mismatch (the slot, forward mode, rows (position, step) and the size
+of the difference named), 2 bad input (no dump directory, no verify rows, server unreachable or not dumping).
+"""
+
+import argparse
+import os
+import sys
+
+from ...analysis.consistency import findings as mismatch_findings
+from ...analysis.consistency import tolerance
+from ..dump_files import DumpError
+from ..output import emit, finding_line
+from .compare import compare_rows
+from .reference import ReferenceFinder, ServerError, prefill_reference
+from .rows import read_verify_rows
+
+
+def add_parser(subparsers):
+    parser = subparsers.add_parser(
+        "consistency", help="compare verify forwards' committed aux states with a prefill of the same tokens",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dump", required=True, help="the probe's dump directory (EAGLE_PROBE_DUMP_DIR) with "
+                        "TARGET_VERIFY dumps; the server's reference prefills are dumped here too")
+    parser.add_argument("--server", required=True, help="URL of the same server, idle, e.g. http://127.0.0.1:30000")
+    parser.add_argument("--max-sequences", type=int, default=32, help="dumped requests to re-send at most "
+                        "(default 32; one prefill each)")
+    parser.add_argument("--wait", type=float, default=30.0, help="seconds to wait for each reference dump")
+    parser.add_argument("--format", choices=("text", "json"), default="text")
+    parser.set_defaults(func=run)
+    return parser
+
+
+def _slot_summary(diffs) -> list:
+    out = {}
+    for d in diffs:
+        entry = out.setdefault(d.slot, {"slot": d.slot, "hf_index": d.hf_index, "rows": 0, "largest_rel_diff": 0.0})
+        entry["rows"] += 1
+        if not d.rel_diff <= entry["largest_rel_diff"]:
+            entry["largest_rel_diff"] = d.rel_diff
+    return [out[k] for k in sorted(out)]
+
+
+def check(dump_dir: str, server: str, max_sequences: int = 32, wait_s: float = 30.0) -> dict:
+    """The report; raises DumpError or ServerError for bad input."""
+    found = read_verify_rows(dump_dir)
+    chosen = found.rows[:max_sequences]
+    dtype = chosen[0].dtype
+    every = max(rows.dump_every for rows in chosen)
+    finder = ReferenceFinder(dump_dir if os.path.isdir(dump_dir) else os.path.dirname(dump_dir) or ".")
+    references, diffs = {}, []
+    for rows in chosen:
+        key = (rows.tokens, rows.tp_rank)
+        if key not in references:
+            references[key] = prefill_reference(server, finder, rows.tokens, rows.tp_rank, every, wait_s)
+        diffs.extend(compare_rows(rows, references[key]))
+    results = mismatch_findings(diffs, dtype)
+    return {
+        "exit_status": 1 if results else 0, "dump": dump_dir, "server": server, "dtype": dtype,
+        "tolerance": tolerance(dtype), "verify_dumps": found.dumps, "requests_compared": len(chosen),
+        "requests_not_compared": len(found.rows) - len(chosen), "requests_unknown": found.unknown,
+        "prefills": len(references), "rows_compared": len(diffs) // max(1, len(chosen[0].hf_indices)),
+        "slots": _slot_summary(diffs),
+        "findings": [{"code": f.code, "severity": f.severity, "message": f.message, "evidence": f.evidence_dict()}
+                     for f in results],
+        "skipped": [{"path": p, "why": why} for p, why in found.skipped],
+    }
+
+
+def render(result: dict) -> str:
+    lines = [f"consistency: {result['requests_compared']} dumped request(s), {result['rows_compared']} committed "
+             f"verify row(s) against {result['prefills']} prefill(s) of the same tokens on {result['server']}",
+             f"tolerance: rel_diff <= {result['tolerance']:.3g} ({result['dtype']})"]
+    for slot in result["slots"]:
+        lines.append(f"  slot {slot['slot']} (hidden_states[{slot['hf_index']}]): {slot['rows']} rows, largest "
+                     f"rel_diff {slot['largest_rel_diff']:.3g}")
+    if result["requests_unknown"]:
+        lines.append(f"  {result['requests_unknown']} dumped request(s) not compared: their verify step's outcome "
+                     f"was not seen")
+    if result["requests_not_compared"]:
+        lines.append(f"  {result['requests_not_compared']} more left out (--max-sequences)")
+    lines += [finding_line(f) for f in result["findings"]] or ["no mismatch: verify rows equal prefill within the "
+                                                               "tolerance"]
+    return "\n".join(lines)
+
+
+def run(args) -> int:
+    if args.max_sequences < 1:
+        print("eagle-probe consistency: --max-sequences must be >= 1", file=sys.stderr)
+        return 2
+    try:
+        result = check(args.dump, args.server, args.max_sequences, args.wait)
+    except (DumpError, ServerError) as exc:
+        print(f"eagle-probe consistency: {exc}", file=sys.stderr)
+        return 2
+    return emit(result, args.format, render)

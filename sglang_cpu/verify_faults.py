@@ -1,0 +1,58 @@
+"""Test-only fault in the served model (never part of the probe): the aux states of target verify forwards shifted
+by one row while prefill stays exact, the decode-path bug issue 18 describes (acceptance 2.88 -> 2.52).
+
+``SGLANG_CPU_SHIFT_VERIFY_AUX=FLAGFILE``: ``apply()`` (from ``sglang_cpu/site/sitecustomize.py``, before the probe
+installs, so the probe's wrapper sits outside and sees the shifted values) wraps ``DeepseekV2Model.forward``; while
+FLAGFILE exists, a TARGET_VERIFY forward returns its packed aux states [T, K*H] rolled down by one row (row i holds
+row i-1's states, row 0 the last row's). EXTEND and DECODE forwards are untouched. The flag file lets one server
+run serve a clean phase and a faulty phase.
+"""
+
+from __future__ import annotations
+
+import os
+
+import wrapt
+
+ENV = "SGLANG_CPU_SHIFT_VERIFY_AUX"
+_applied = False
+
+
+def shift_rows(aux):
+    """A new tensor equal to ``aux`` rolled down by one row."""
+    import torch
+
+    return torch.roll(aux, shifts=1, dims=0)
+
+
+def _wrapper(flag: str):
+    def forward(wrapped, instance, args, kwargs):
+        result = wrapped(*args, **kwargs)
+        batch = args[2] if len(args) > 2 else kwargs.get("forward_batch")
+        if not (isinstance(result, tuple) and len(result) == 2) or batch is None:
+            return result
+        if not batch.forward_mode.is_target_verify() or not os.path.exists(flag):
+            return result
+        hidden, aux = result
+        if aux is None or getattr(aux, "dim", lambda: 0)() != 2:
+            return result
+        return hidden, shift_rows(aux)
+
+    return forward
+
+
+def _patch(module, flag):
+    cls = module.DeepseekV2Model
+    if not getattr(cls, "_sglang_cpu_verify_shifted", False):
+        wrapt.wrap_function_wrapper(cls, "forward", _wrapper(flag))
+        cls._sglang_cpu_verify_shifted = True
+
+
+def apply(flag: str | None = None) -> None:
+    """Install the hook when ``flag`` (default: $SGLANG_CPU_SHIFT_VERIFY_AUX) is set (idempotent)."""
+    global _applied
+    flag = os.environ.get(ENV, "") if flag is None else flag
+    if _applied or not flag:
+        return
+    _applied = True
+    wrapt.register_post_import_hook(lambda module: _patch(module, flag), "sglang.srt.models.deepseek_v2")

@@ -1,0 +1,111 @@
+"""`eagle-probe consistency` against a real speculative SGLang 0.5.23 server on the CPU (greedy chain, 2 steps), with
+the probe dumping EXTEND and TARGET_VERIFY forwards (EAGLE_PROBE_DUMP_MODES=extend,target_verify).
+
+One server run, two phases (the "random" case: random-weight target and draft, so prefill and verify differ by real
+float32 noise): first correctly wired, where consistency must exit 0 (no false alarm); then with a fault in the served
+model, `sglang_cpu.verify_faults` (its flag file created while the server runs): the aux states of target verify
+forwards shifted down by one row while prefill stays exact, where it must exit 1 with verify_prefill_mismatch naming
+the slots and the rows (position, step) of the verify forwards served under the fault.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from eagle_probe.analysis.consistency import VERIFY_PREFILL_MISMATCH, tolerance
+from eagle_probe.commands.consistency.rows import read_verify_rows
+from sglang_cpu.draft_models import build_case
+
+from .conftest import start_spec_server
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CLEAN_PROMPTS = (([10, 11, 12, 13, 14, 15], 10), ([7, 3, 99, 120, 5, 6, 200, 31], 10))
+FAULT_PROMPTS = (([40, 41, 42, 43], 8), ([90, 91, 92, 93, 94], 8))
+SLOTS = 3
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("consistency"))
+    case = build_case(root, "random")
+    flag = os.path.join(root, "shift-verify.flag")
+    dumps = os.path.join(root, "dumps")
+    env = {"EAGLE_PROBE_DUMP_DIR": dumps, "EAGLE_PROBE_DUMP_EVERY": "1",
+           "EAGLE_PROBE_DUMP_MODES": "extend,target_verify", "SGLANG_CPU_SHIFT_VERIFY_AUX": flag}
+    server = start_spec_server(root, "consistency", case, env=env)
+    try:
+        yield server, dumps, flag, root
+    finally:
+        server.stop()
+
+
+def _serve(server, prompts):
+    """The prompts at once (one batch, so verify forwards hold two requests)."""
+    with ThreadPoolExecutor(len(prompts)) as pool:
+        list(pool.map(lambda p: server.generate(p[0], p[1]), prompts))
+
+
+def _settled(directory, quiet_s=3.0, timeout_s=60.0):
+    """Wait until no new dump file appeared for quiet_s (the writer holds a verify dump until its step resolved)."""
+    deadline, last, since = time.monotonic() + timeout_s, None, time.monotonic()
+    while time.monotonic() < deadline:
+        names = sorted(os.listdir(directory)) if os.path.isdir(directory) else []
+        if names != last:
+            last, since = names, time.monotonic()
+        elif time.monotonic() - since >= quiet_s:
+            return names
+        time.sleep(0.2)
+    return last
+
+
+def _consistency(dumps, server):
+    out = subprocess.run([sys.executable, "-m", "eagle_probe.commands.cli", "consistency", "--dump", dumps,
+                          "--server", server.base_url, "--format", "json", "--max-sequences", "64"],
+                         capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=ROOT), timeout=900)
+    assert out.returncode in (0, 1), out.stderr
+    return out.returncode, json.loads(out.stdout)
+
+
+def test_clean_server_no_false_alarm_then_shifted_verify_rows_named(served):
+    server, dumps, flag, root = served
+    _serve(server, CLEAN_PROMPTS)
+    _settled(dumps)
+    clean = read_verify_rows(dumps)
+    assert clean.dumps >= 8 and clean.unknown == 0  # every dumped request's step was resolved and matched
+    assert any(len(rows.positions) >= 1 and len(rows.tokens) > len(rows.positions) for rows in clean.rows)
+    code, report = _consistency(dumps, server)
+    print("clean:", json.dumps({k: report[k] for k in ("rows_compared", "prefills", "slots", "tolerance")}))
+    assert code == 0 and report["findings"] == [] and report["exit_status"] == 0
+    assert report["rows_compared"] >= len(clean.rows) and len(report["slots"]) == SLOTS
+    # real float32 noise between the two paths, well inside the tolerance (the README's measured figure)
+    assert all(slot["largest_rel_diff"] <= tolerance("float32") for slot in report["slots"])
+
+    # the fault, in the served model: verify forwards' aux states shifted by one row from now on
+    kept = os.path.join(root, "clean-dumps")
+    os.makedirs(kept)
+    for name in os.listdir(dumps):
+        shutil.move(os.path.join(dumps, name), kept)
+    open(flag, "w").close()
+    try:
+        _serve(server, FAULT_PROMPTS)
+        _settled(dumps)
+    finally:
+        os.unlink(flag)
+    faulty = read_verify_rows(dumps)
+    code, report = _consistency(dumps, server)
+    assert code == 1 and report["exit_status"] == 1
+    found = report["findings"]
+    assert [f["code"] for f in found] == [VERIFY_PREFILL_MISMATCH] * SLOTS
+    assert [f["evidence"]["slot"] for f in found] == list(range(SLOTS))
+    served_rows = {(p, rows.step) for rows in faulty.rows for p in rows.positions}
+    for finding in found:
+        named = {(r["position"], r["step"]) for r in finding["evidence"]["rows"]}
+        assert named and named <= served_rows
+        assert finding["evidence"]["largest_rel_diff"] > 100 * tolerance("float32")
+        assert "TARGET_VERIFY" in finding["message"] and "position" in finding["message"]
