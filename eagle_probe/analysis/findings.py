@@ -52,6 +52,7 @@ TRAINED_LAYERS_INFERRED = "trained_layers_inferred"
 DRAFT_VOCAB_MAP_MISSING = "draft_vocab_map_missing"
 DRAFT_VOCAB_MAP_INVALID = "draft_vocab_map_invalid"
 ACCEPTANCE_BELOW_TRAINING = "acceptance_below_training"
+ACCEPTANCE_SLICE_LOW = "acceptance_slice_low"  # analysis.slices
 
 ERROR, WARNING, INFO = "error", "warning", "info"
 
@@ -87,6 +88,8 @@ CODES = {
                                      "to one target id"),
     ACCEPTANCE_BELOW_TRAINING: (WARNING, "summarize: served acceptance is below what the draft's training accuracies "
                                          "promise and no finding explains it (error under 60 % of the promise)"),
+    ACCEPTANCE_SLICE_LOW: (WARNING, "acceptance in one slice (sequence position, batch size, cached prefix, "
+                                    "forward path, first decode step) is below the rest beyond chance"),
 }
 
 

@@ -8,6 +8,7 @@ import json
 from collections import Counter, defaultdict
 
 from ... import events as names
+from .slices import render_slices_text, slices_section
 from .training import render_training_text, training_section
 from .values import render_values_text, values_section
 
@@ -172,7 +173,24 @@ def build_report(events: list, input_stats=None, draft_accuracy=None) -> dict:
                 rank["findings"] = _group_findings(raw[(rank["tp_rank"], rank["pp_rank"], rank["dp_rank"],
                                                         rank["pid"])]["findings"] + mine)
         report["findings"] = _group_findings(all_findings + training["findings"])
+    _add_slices(report, raw, events, all_findings, training["findings"])
     return report
+
+
+def _add_slices(report: dict, raw, events, findings, training_findings):
+    """Acceptance by slice, and acceptance_slice_low on the rank it was seen on (after training: a low slice is not
+    taken as what explains acceptance below training)."""
+    section = slices_section(events)
+    report["acceptance_slices"] = section
+    if not section["findings"]:
+        return
+    for rank in report["ranks"]:
+        key = (rank["tp_rank"], rank["pp_rank"], rank["dp_rank"], rank["pid"])
+        mine = [f for f in section["findings"] if _rank_key(f) == key]
+        if mine:
+            ours = raw[key]["findings"] + [f for f in training_findings if _rank_key(f) == key]
+            rank["findings"] = _group_findings(ours + mine)
+    report["findings"] = _group_findings(findings + training_findings + section["findings"])
 
 
 def _fmt(value, digits=3):
@@ -237,6 +255,7 @@ def render_text(report: dict) -> str:
         for err in rank["errors"]:
             out.append(f"  probe internal error in {err.get('where')}: {err.get('error')}")
     out += render_training_text(report["training"]) if report.get("training") else []
+    out += render_slices_text(report["acceptance_slices"]) if report.get("acceptance_slices") else []
     out += render_values_text(report["values"])
     out += input_lines(report.get("input"))
     return "\n".join(out)

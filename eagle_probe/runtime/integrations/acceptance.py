@@ -60,13 +60,15 @@ def _draft_positions(instance, result=None) -> int:
 
 
 def _live(counts, reqs):
-    """Counts of the requests still running: with the overlap scheduler a request that finished (or was
-    retracted) in the previous step rides one more verify step whose tokens SGLang discards. The common case
+    """(counts, requests) of the requests still running: with the overlap scheduler a request that finished (or
+    was retracted) in the previous step rides one more verify step whose tokens SGLang discards. The common case
     (none finished) is decided by one pass in C that builds nothing (a finish reason is a true object), and a
-    second for retracted requests once a retraction was seen."""
+    second for retracted requests once a retraction was seen; the requests are then a copy of the batch's list
+    (a C copy: the slices read them later, and SGLang may rebind or change its list)."""
     if not any(map(_finished_reason, reqs)) and not (_retractions[0] and any(map(_is_retracted, reqs))):
-        return counts
-    return [n for n, req in zip(counts, reqs) if not (req.is_retracted or req.finished())]
+        return counts, reqs[:]
+    live = [(n, req) for n, req in zip(counts, reqs) if not (req.is_retracted or req.finished())]
+    return [n for n, _ in live], [req for _, req in live]
 
 
 def retraction_wrapper(wrapped, instance, args, kwargs):
@@ -75,8 +77,8 @@ def retraction_wrapper(wrapped, instance, args, kwargs):
     return result
 
 
-def _record(accepted, positions, source):
-    STATE.recorder.verify_step(VerifyStep(accepted, positions, source))
+def _record(accepted, positions, source, reqs=(), batch_size=0, graph=None):
+    STATE.recorder.verify_step(VerifyStep(accepted, positions, source, reqs, batch_size, graph))
 
 
 def _v1_wrapper(target: str, site: str):
@@ -84,7 +86,10 @@ def _v1_wrapper(target: str, site: str):
         output = wrapped(*args, **kwargs)
         if STATE.active:
             try:
-                _record(getattr(output[1], _field(target)), _draft_positions(instance), target)
+                # returns (logits, verify output, [batch,] can_run_cuda_graph): the last is the path (contract)
+                batch = args[0] if args else kwargs["batch"]
+                _record(getattr(output[1], _field(target)), _draft_positions(instance), target, batch.reqs[:],
+                        len(batch.reqs), output[-1])
             except Exception as exc:
                 STATE.report_error(site, exc)
         return output
@@ -99,9 +104,11 @@ def _v2_wrapper(target: str, site: str):
             try:
                 result = args[0] if args else kwargs["result"]
                 batch = args[1] if len(args) > 1 else kwargs["batch"]
-                live = _live(getattr(result, _field(target)), batch.reqs)
+                counts = getattr(result, _field(target))
+                live, reqs = _live(counts, batch.reqs)
                 if live:
-                    _record(live, _draft_positions(instance, result), target)
+                    _record(live, _draft_positions(instance, result), target, reqs, len(counts),
+                            result.can_run_cuda_graph)
             except Exception as exc:
                 STATE.report_error(site, exc)
         return output

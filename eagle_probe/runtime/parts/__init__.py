@@ -6,6 +6,7 @@ from .capture import CaptureLayers
 from .draft import DraftFacts
 from .dumps import Dumps
 from .forwards import Forwards
+from .slices import Slices
 from .values import Values
 
 PARTS = (
@@ -15,4 +16,5 @@ PARTS = (
     Values,  # fingerprints, reference, non-finite, identical slots
     Dumps,  # opt-in dumps of what the draft is fed
     Acceptance,  # per-step acceptance, windows, collapse
+    Slices,  # acceptance by slice (position, batch, cached prefix, path, first step), per-request distribution
 )
