@@ -38,6 +38,7 @@ class SliceCounter:
         self.positions = 0
         self.counts = {}  # (dimension, bucket) -> Counter {accepted drafts clamped to [0, positions]: request-steps}
         self.request_lengths = Counter()  # accept-length bucket -> finished requests
+        self.retired = 0  # requests counted into request_lengths
         self._requests = {}  # id(req) -> [req, next position, verify steps, accepted drafts, cached bucket]
         self._finishing = []  # ids seen finished at the end of the last count
         self._queued = deque()
@@ -63,6 +64,10 @@ class SliceCounter:
             self._count(queued.popleft())
             self._counted += 1
         self._retire(finished, final)
+
+    def retiring(self) -> bool:
+        """Whether requests seen finished at the last count wait to be retired at the next."""
+        return bool(self._finishing)
 
     def _bucket(self, dimension, bucket) -> Counter:
         key = (dimension, bucket)
@@ -115,6 +120,7 @@ class SliceCounter:
 
     def _close(self, entry) -> None:
         if entry is not None and entry[2]:
+            self.retired += 1
             self.request_lengths[S.request_length_bucket(1 + entry[3] / entry[2])] += 1
 
     def snapshot(self, final: bool = False) -> dict:

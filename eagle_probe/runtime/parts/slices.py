@@ -15,6 +15,7 @@ class Slices(Part):
         super().__init__(recorder)
         self.counter = SliceCounter()
         self._flushed = ({}, {})  # (slices, request lengths) sent to the series so far
+        self._flushed_steps = (0, 0)  # (verify steps, requests retired) when they were sent
         self._named = set()  # (dimension, bucket) already named low
         self._logged_steps = 0  # verify steps counted into the last event
 
@@ -33,21 +34,25 @@ class Slices(Part):
     def _flush(self, metrics):
         from ..sinks.slice_metrics import add_slice_counts
 
+        steps, retired = self.counter.steps, self.counter.retired
+        if (steps, retired) == self._flushed_steps and not self.counter.retiring():
+            return  # nothing to count or retire since the last flush (an event's count may retire: sent here)
         now = self.counter.snapshot()
         slices = {(d, b): (c["request_steps"], c["accepted"]) for d, buckets in now["slices"].items()
                   for b, c in buckets.items()}
         sent_slices, sent_lengths = self._flushed
         delta = {}
-        for key, (steps, accepted) in slices.items():
-            before_steps, before = sent_slices.get(key, (0, []))
-            if steps != before_steps:
-                delta[key] = (steps - before_steps, [n - (before[k] if k < len(before) else 0)
+        for key, (count, accepted) in slices.items():
+            before_count, before = sent_slices.get(key, (0, []))
+            if count != before_count:
+                delta[key] = (count - before_count, [n - (before[k] if k < len(before) else 0)
                                                      for k, n in enumerate(accepted)])
         lengths = now["request_accept_length"]
         lengths_delta = {b: n - sent_lengths.get(b, 0) for b, n in lengths.items() if n != sent_lengths.get(b, 0)}
         if delta or lengths_delta:
             add_slice_counts(metrics, delta, lengths_delta)
         self._flushed = (slices, lengths)
+        self._flushed_steps = (steps, retired)
 
     def tick(self, now: float, final: bool = False):
         steps = self.counter.steps
