@@ -10,11 +10,12 @@ Only immutable facts are read from the request objects: the prompt's length, cac
 """
 
 from collections import Counter, deque
-from threading import Lock
+from threading import Event, Lock, Thread
 
 from ..analysis import slices as S
 
-MAX_QUEUED = 4096  # verify steps held uncounted at most (a flush or an event normally counts them every second)
+MAX_QUEUED = 4096  # verify steps held uncounted at most (the counting thread normally counts them every second)
+BEHIND = 64  # verify steps queued before the hot path looks at the backlog (starts the counting thread once)
 MAX_REQUESTS = 1 << 16  # running requests tracked at most; the oldest is retired past this
 
 
@@ -33,7 +34,10 @@ def _finished(req) -> bool:
 
 
 class SliceCounter:
-    def __init__(self):
+    """background_s: count on a daemon thread of its own this often (the runtime: so the per-request work never
+    waits for a summary tick on the hot path when no metrics flush thread runs); None: only when read (tests)."""
+
+    def __init__(self, background_s=None, on_error=None):
         self.steps = 0
         self.positions = 0
         self.counts = {}  # (dimension, bucket) -> Counter {accepted drafts clamped to [0, positions]: request-steps}
@@ -44,12 +48,34 @@ class SliceCounter:
         self._queued = deque()
         self._counted = 0
         self._counting = Lock()
+        self._background_s, self._on_error = background_s, on_error
+        self._stop = None  # the counting thread's stop event, once started
 
     def add(self, step) -> None:
         self._queued.append(step)
         self.steps += 1  # after the append: a step in `steps` is on the queue or counted
-        if self.steps - self._counted > MAX_QUEUED:
+        if self.steps - self._counted > BEHIND:
+            self._behind()
+
+    def _behind(self) -> None:
+        if self._stop is None and self._background_s:
+            self._stop = Event()
+            Thread(target=self._count_every, args=(self._stop,), name="eagle-probe-slices", daemon=True).start()
+        elif self.steps - self._counted > MAX_QUEUED:  # nothing has counted for long: count here
             self.count_queued()
+
+    def _count_every(self, stop) -> None:
+        while not stop.wait(self._background_s):
+            try:
+                self.count_queued()
+            except Exception as exc:  # never into SGLang; counted as the probe's own error, and the thread ends
+                if self._on_error is not None:
+                    self._on_error(exc)
+                return
+
+    def stop(self) -> None:
+        if self._stop is not None:
+            self._stop.set()
 
     def count_queued(self, final: bool = False) -> None:
         with self._counting:

@@ -13,7 +13,8 @@ class Slices(Part):
 
     def __init__(self, recorder):
         super().__init__(recorder)
-        self.counter = SliceCounter()
+        interval = self.config.flush_interval_s if self.config.flush_interval_s > 0 else 1.0
+        self.counter = SliceCounter(interval, lambda exc: self.out.internal_error("slices.count", exc))
         self._flushed = ({}, {})  # (slices, request lengths) sent to the series so far
         self._flushed_steps = (0, 0)  # (verify steps, requests retired) when they were sent
         self._named = set()  # (dimension, bucket) already named low
@@ -67,6 +68,9 @@ class Slices(Part):
             if key not in self._named:
                 self._named.add(key)
                 self.out.finding(S.slice_low_finding(item, snapshot["positions"]), "target")
+
+    def close(self):
+        self.counter.stop()
 
     def forget(self):
         self._named.clear()
