@@ -55,3 +55,33 @@ def test_the_hook_hands_the_slices_what_sglang_set(tmp_path):
                                       "128-255": {"request_steps": 2, "accepted": [1, 1]}}
     finally:
         eagle_probe.uninstall()
+
+
+def test_the_v1_hook_reads_the_path_from_the_verify_return(tmp_path):
+    """The v1 worker's verify (0.5.8 to 0.5.12) returns (..., can_run_cuda_graph) last (a contract claim per release);
+    its batch is the verify's first argument. EAGLEWorker is not in 0.5.23: its wrapper is called directly."""
+    from types import SimpleNamespace
+
+    from sglang.srt.managers.schedule_batch import Req, ScheduleBatch
+    from sglang.srt.sampling.sampling_params import SamplingParams
+
+    from eagle_probe import versions
+
+    target = "sglang.srt.speculative.eagle_worker.EAGLEWorker.verify"
+    eagle_probe.uninstall()
+    assert eagle_probe.install(env={"EAGLE_PROBE_LOG_DIR": str(tmp_path), "EAGLE_PROBE_FLUSH_INTERVAL_S": "0"})
+    try:
+        STATE.recorder._read_ranks = lambda: Ranks(tp_rank=0, tp_size=1, pp_rank=0)
+        field = versions.acceptance_field(target, STATE.recorder.rules)
+        reqs = [Req(f"v{i}", "", array("i", [1, 2]), SamplingParams(max_new_tokens=8)) for i in range(2)]
+        output = (None, SimpleNamespace(**{field: [1, 0]}), None, True)
+        worker = SimpleNamespace(speculative_num_steps=2)
+        wrapper = acceptance._v1_wrapper(target, "acceptance.verify")
+        assert wrapper(lambda *a, **k: output, worker, (ScheduleBatch(reqs=reqs), None), {}) is output
+        slices = STATE.recorder.slices.snapshot()["slices"]
+        assert slices["path"] == {"graph": {"request_steps": 2, "accepted": [1, 0]}}
+        assert slices["batch"] == {"2-3": {"request_steps": 2, "accepted": [1, 0]}}
+        assert slices["step"] == {"first": {"request_steps": 2, "accepted": [1, 0]}}
+        assert STATE.recorder.acceptance.snapshot() == (1, {0: 1, 1: 1})  # the acceptance part as before
+    finally:
+        eagle_probe.uninstall()

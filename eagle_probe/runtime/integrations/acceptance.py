@@ -87,9 +87,9 @@ def _v1_wrapper(target: str, site: str):
         if STATE.active:
             try:
                 # returns (logits, verify output, [batch,] can_run_cuda_graph): the last is the path (contract)
-                batch = args[0] if args else kwargs["batch"]
-                _record(getattr(output[1], _field(target)), _draft_positions(instance), target, batch.reqs[:],
-                        len(batch.reqs), output[-1])
+                reqs = getattr(args[0] if args else kwargs.get("batch"), "reqs", None) or ()
+                _record(getattr(output[1], _field(target)), _draft_positions(instance), target, reqs[:], len(reqs),
+                        output[-1])
             except Exception as exc:
                 STATE.report_error(site, exc)
         return output
@@ -108,7 +108,7 @@ def _v2_wrapper(target: str, site: str):
                 live, reqs = _live(counts, batch.reqs)
                 if live:
                     _record(live, _draft_positions(instance, result), target, reqs, len(counts),
-                            result.can_run_cuda_graph)
+                            getattr(result, "can_run_cuda_graph", None))
             except Exception as exc:
                 STATE.report_error(site, exc)
         return output
