@@ -175,7 +175,8 @@ def test_random_slices_add_up_to_sglangs_counts(random_runs):
     from eagle_probe.analysis.slices import DIMENSIONS, request_length_bucket
 
     metas = [r["meta_info"] for r in random_runs["spec"] + random_runs["again"]]
-    assert [m["cached_tokens"] > 0 for m in metas] == [False, False, True, True]
+    # SGLang's own word on cache hits (its start-up warm-up request may already share a token with a prompt)
+    assert [m["cached_tokens"] > 0 for m in metas][2:] == [True, True]
     steps = sum(m["spec_verify_ct"] for m in metas)
     per_pos = [sum(sum(n for k, n in enumerate(m["spec_correct_drafts_histogram"]) if k > j) for m in metas)
                for j in range(NUM_STEPS)]
@@ -203,21 +204,27 @@ def test_random_slices_add_up_to_sglangs_counts(random_runs):
 
 
 def test_random_summarize_shows_the_slices(random_runs, capsys):
-    """summarize --format json on the server's logs: acceptance_slices holds the same counts the metrics did."""
+    """summarize --format json on the server's logs: acceptance_slices adds up, in every dimension, to the totals of
+    the probe's acceptance event (which agree with SGLang's, above), the start-up warm-up request included."""
     import json
 
     from eagle_probe.commands.cli import main
 
-    assert main(["summarize", os.path.join(random_runs["root"], "probe-random-spec"), "--format", "json"]) == 0
+    log_dir = os.path.join(random_runs["root"], "probe-random-spec")
+    assert main(["summarize", log_dir, "--format", "json"]) == 0
     report = json.loads(capsys.readouterr().out)
     [rank] = report["acceptance_slices"]["ranks"]
+    total = _events(random_runs["root"], "random-spec", "eagle_probe.acceptance")[-1]["total"]
     metas = [r["meta_info"] for r in random_runs["spec"] + random_runs["again"]]
-    assert rank["positions"] == NUM_STEPS and rank["requests"] == len(metas)
-    assert rank["slices"]["cached_prefix"]["yes"]["request_steps"] == sum(
+    assert rank["positions"] == NUM_STEPS and rank["requests"] >= len(metas)
+    for dimension, buckets in rank["slices"].items():
+        assert sum(b["request_steps"] for b in buckets.values()) == total["drafts"], dimension
+        assert sum(sum(b["accepted"]) for b in buckets.values()) == total["accepted_tokens"], dimension
+    assert rank["slices"]["step"]["first"]["request_steps"] == rank["requests"]  # one first step per request
+    assert rank["slices"]["cached_prefix"]["yes"]["request_steps"] >= sum(
         m["spec_verify_ct"] for m in metas if m["cached_tokens"] > 0)
-    assert sum(b["request_steps"] for b in rank["slices"]["step"].values()) == sum(m["spec_verify_ct"] for m in metas)
     assert rank["low"] == [] and not [f for f in report["findings"] if f["code"] == "acceptance_slice_low"]
-    assert main(["summarize", os.path.join(random_runs["root"], "probe-random-spec")]) == 0
+    assert main(["summarize", log_dir]) == 0
     assert "Acceptance by slice" in capsys.readouterr().out
 
 
