@@ -33,6 +33,23 @@ def _finished(req) -> bool:
     return getattr(req, "finished_reason", None) is not None
 
 
+def _position_label(position: int):
+    """(bucket, the first position of the next bucket)."""
+    label = S.position_bucket(position)
+    if position < S.POSITION_FIRST:
+        return label, S.POSITION_FIRST
+    return label, (float("inf") if position >= S.POSITION_TOP else 1 << position.bit_length())
+
+
+def _track(req) -> list:
+    """A request's row: [req, next position, verify steps, accepted drafts, cached bucket, position bucket, next
+    bucket's first position]; its position starts at its prompt + the token its prefill produced."""
+    prompt = _prompt_length(req)
+    if prompt is None:
+        return [req, None, 0, 0, _cached(req), S.UNKNOWN, float("inf")]
+    return [req, prompt + 1, 0, 0, _cached(req), *_position_label(prompt + 1)]
+
+
 class SliceCounter:
     """background_s: count on a daemon thread of its own this often (the runtime: so the per-request work never
     waits for a summary tick on the hot path when no metrics flush thread runs); None: only when read (tests)."""
@@ -43,7 +60,7 @@ class SliceCounter:
         self.counts = {}  # (dimension, bucket) -> Counter {accepted drafts clamped to [0, positions]: request-steps}
         self.request_lengths = Counter()  # accept-length bucket -> finished requests
         self.retired = 0  # requests counted into request_lengths
-        self._requests = {}  # id(req) -> [req, next position, verify steps, accepted drafts, cached bucket]
+        self._requests = {}  # id(req) -> its row (_track)
         self._finishing = []  # ids seen finished at the end of the last count
         self._queued = deque()
         self._counted = 0
@@ -86,51 +103,62 @@ class SliceCounter:
         # last step before it marked them finished, so that step is among those counted here; retired after.
         finished = self._finishing + [key for key, entry in self._requests.items() if _finished(entry[0])]
         steps, queued = self.steps, self._queued
+        step_tally, request_tally = Counter(), Counter()
         while self._counted < steps:
-            self._count(queued.popleft())
+            self._count(queued.popleft(), step_tally, request_tally)
             self._counted += 1
+        self._fold(step_tally, request_tally)
         self._retire(finished, final)
 
     def retiring(self) -> bool:
         """Whether requests seen finished at the last count wait to be retired at the next."""
         return bool(self._finishing)
 
-    def _bucket(self, dimension, bucket) -> Counter:
-        key = (dimension, bucket)
-        found = self.counts.get(key)
-        if found is None:
-            found = self.counts[key] = Counter()
-        return found
+    def _fold(self, steps: Counter, requests: Counter) -> None:
+        """One count's tallies into the per-slice counts: steps {(batch, path, length): n} and requests
+        {(position, cached prefix, first or later, length): n}."""
+        counts = self.counts
+        for dimensions, tally in ((("batch", "path"), steps), (("position", "cached_prefix", "step"), requests)):
+            for key, n in tally.items():
+                length = key[-1]
+                for dimension, bucket in zip(dimensions, key):
+                    found = counts.get((dimension, bucket))
+                    if found is None:
+                        found = counts[(dimension, bucket)] = Counter()
+                    found[length] += n
 
-    def _count(self, step) -> None:
+    def _count(self, step, steps: Counter, requests: Counter) -> None:
+        """One step into the tallies: a dict increment per request (labels kept per request, see _track)."""
         accepted, positions = step.accepted, step.positions
         if not accepted:
             return
-        self.positions = max(self.positions, positions)
-        clamped = Counter(min(max(a, 0), positions) for a in accepted)
-        self._bucket("batch", S.batch_bucket(step.batch_size or len(accepted))).update(clamped)
-        self._bucket("path", S.path_bucket(step.graph)).update(clamped)
+        if positions > self.positions:
+            self.positions = positions
+        batch, path = S.batch_bucket(step.batch_size or len(accepted)), S.path_bucket(step.graph)
         reqs = step.reqs
-        if len(reqs) != len(accepted):  # a step observed without its requests
-            for dimension in ("position", "cached_prefix", "step"):
-                self._bucket(dimension, S.UNKNOWN).update(clamped)
+        known = len(reqs) == len(accepted)  # else a step observed without its requests: their labels unknown
+        table = self._requests
+        for value, n in Counter(accepted).items():  # counted in C
+            length = value if 0 <= value <= positions else (0 if value < 0 else positions)
+            steps[(batch, path, length)] += n
+            if not known:
+                requests[(S.UNKNOWN, S.UNKNOWN, S.UNKNOWN, length)] += n
+        if not known:
             return
-        table, bucket = self._requests, self._bucket
         for value, req in zip(accepted, reqs):
+            length = value if 0 <= value <= positions else (0 if value < 0 else positions)
             entry = table.get(id(req))
-            first = entry is None or entry[0] is not req
-            if first:
-                prompt = _prompt_length(req)
-                entry = table[id(req)] = [req, None if prompt is None else prompt + 1, 0, 0, _cached(req)]
-            length = min(max(value, 0), positions)
-            position = entry[1]
-            bucket("position", S.UNKNOWN if position is None else S.position_bucket(position))[length] += 1
-            bucket("cached_prefix", entry[4])[length] += 1
-            bucket("step", "first" if first else "later")[length] += 1
-            if position is not None:
-                entry[1] = position + value + 1
+            if entry is None or entry[0] is not req:
+                entry = table[id(req)] = _track(req)
+                requests[(entry[5], entry[4], "first", length)] += 1
+            else:
+                requests[(entry[5], entry[4], "later", length)] += 1
             entry[2] += 1
             entry[3] += length
+            if entry[1] is not None:
+                entry[1] += value + 1
+                if entry[1] >= entry[6]:  # crossed into the next position bucket
+                    entry[5], entry[6] = _position_label(entry[1])
 
     def _retire(self, finished, final: bool) -> None:
         table = self._requests
