@@ -1,8 +1,8 @@
 """Acceptance by slice as the running probe keeps it (analysis.slices names the dimensions and buckets).
 
 The hot path only queues the verify step as it was observed (one append): its accepted counts, its own list of the
-requests, the batch size and the path. Everything per request happens when the queue is counted (the flush thread,
-an event tick), in step order, from a table of the requests still running. The table is what keeps what is read
+requests, the batch size and the path. Everything per request happens when the queue is counted (its own counting
+thread, a flush, an event tick), in step order, from a table of the running requests. The table is what keeps what is read
 later valid: a request's sequence position is its prompt length + 1 (the token its prefill produced) plus, per
 counted step, its accepted drafts + the bonus token; its first counted step is its first verify step after
 prefill; its cached prefix is read once, at first sight (SGLang sets Req.cached_tokens in prefill and never after).
