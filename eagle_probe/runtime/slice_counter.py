@@ -2,9 +2,9 @@
 
 The hot path only queues the verify step as it was observed (one append): its accepted counts, its own list of the
 requests, the batch size and the path. Everything per request happens when the queue is counted (its own counting
-thread, a flush, an event tick), in step order, from a table of the running requests. The table is what keeps what is read
-later valid: a request's sequence position is its prompt length + 1 (the token its prefill produced) plus, per
-counted step, its accepted drafts + the bonus token; its first counted step is its first verify step after
+thread, a flush, an event tick), in step order, from a table of the running requests. The table is what keeps what
+is read later valid: a request's sequence position is its prompt length + 1 (the token its prefill produced) plus,
+per counted step, its accepted drafts + the bonus token; its first counted step is its first verify step after
 prefill; its cached prefix is read once, at first sight (SGLang sets Req.cached_tokens in prefill and never after).
 Only immutable facts are read from the request objects: the prompt's length, cached_tokens, whether it finished.
 """
