@@ -18,7 +18,10 @@ of one sampling interval.
 Draft forward and verify step (acceptance path): the wrapper around a function returning at once, with real
 SGLang objects (llama_eagle3.LlamaModel and a ForwardBatch carrying an EagleDraftInput; Req, ScheduleBatch and
 GenerationBatchResult; the verify hook's owner is a stand-in for the Scheduler, with its server_args'
-speculative_num_steps), probe active against the bare call, median per call: the probe's own added time.
+speculative_num_steps), probe active against the bare call, median per call: the probe's own added time. The
+verify step is every part's hot-path work: the acceptance queue and the acceptance-by-slice queue (one append each,
+with the step's own list of its requests). The slices' per-request bucketing runs off the hot path; its cost per
+verify step at each batch is printed for context (`slice_count_us`, no budget: the flush thread's work).
 The verify step again with vocabulary coverage sampled on every step (issue 18; a server samples one step per
 EAGLE_PROBE_COVERAGE_INTERVAL_S, 0.1 s): the hook returns 3 committed tokens a request, as SGLang's resolver does,
 and the draft's hot vocabulary is 32 000 of 128 256 ids; beside it, the flush thread's count of one sampled step of
@@ -318,6 +321,34 @@ def coverage_sampled(wrapper, scheduler, n):
     return rows
 
 
+def slice_count_cost_us(n):
+    """{batch: µs} the slices' bucketing costs per verify step off the hot path (the flush thread counts what the
+    hot path queued), with real Req objects that stay in the batch as in decoding, median of 5 runs of n steps."""
+    from array import array
+
+    from sglang.srt.managers.schedule_batch import Req
+    from sglang.srt.sampling.sampling_params import SamplingParams
+
+    from eagle_probe.observations import VerifyStep
+    from eagle_probe.runtime.state import STATE
+
+    counter = STATE.recorder.slices
+    counter.count_queued()  # what the timed verify steps left queued
+    out = {}
+    for batch_size in VERIFY_BATCHES:
+        reqs = [Req(f"s{i}", "", array("i", [1, 2, 3]), SamplingParams(max_new_tokens=64)) for i in range(batch_size)]
+        step = VerifyStep([i % 3 for i in range(batch_size)], 2, "benchmark", reqs, batch_size, False)
+        times = []
+        for _ in range(5):
+            for _ in range(n):
+                counter.add(step)
+            start = time.perf_counter_ns()
+            counter.count_queued()
+            times.append((time.perf_counter_ns() - start) / n)
+        out[str(batch_size)] = round(statistics.median(times) / 1000, 2)
+    return out
+
+
 def flush_cost_us(n):
     """One flush of everything counted (forwards, draft forwards, a verify step's acceptance), median µs: the work
     moved off the hot path, done every flush interval by the probe's background thread."""
@@ -464,6 +495,9 @@ def main():
             figures["coverage_count_us"] = round(added, 2)  # the flush thread's, per sampled step (context)
     figures["flush_us"] = round(flush_cost_us(500), 2)
     print(f"flush of everything counted: {figures['flush_us']:.2f} us (every flush interval, off the hot path)")
+    figures["slice_count_us"] = slice_count_cost_us(500)
+    print("acceptance by slice, bucketing per verify step off the hot path (no budget): " + ", ".join(
+        f"batch {b}: {us:.2f} us" for b, us in figures["slice_count_us"].items()))
     figures["fingerprint_us"] = fingerprint_cost_us()
     tiny = figures["fingerprint_us"]["3x64x8_float32"]  # the model this benchmark runs
     figures["fingerprint_amortised_us"] = round(tiny / FORWARDS_PER_S, 2)

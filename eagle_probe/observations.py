@@ -2,7 +2,7 @@
 shared vocabulary: the runtime builds them, the pure analysis rules read them (without importing the runtime)."""
 
 from dataclasses import dataclass
-from typing import NamedTuple, Optional, Tuple
+from typing import NamedTuple, Optional, Sequence, Tuple
 
 
 @dataclass(frozen=True)
@@ -141,6 +141,10 @@ class VerifyStep(NamedTuple):
     accepted: Tuple[int, ...]
     positions: int  # draft positions along the chain (speculative steps)
     source: str = ""  # the SGLang function whose result was read (the release's acceptance hook)
+    # For acceptance by slice (runtime/slice_counter.py), read per request off the hot path:
+    reqs: Sequence = ()  # the requests of `accepted`, in order (a list of the step's own: SGLang's Req objects)
+    batch_size: int = 0  # requests in the verify step before finished ones were left out
+    graph: Optional[bool] = None  # the verify forward ran as a CUDA graph (None: not known)
 
 
 class AuxFingerprint(NamedTuple):

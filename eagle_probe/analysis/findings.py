@@ -54,6 +54,7 @@ DRAFT_VOCAB_MAP_MISSING = "draft_vocab_map_missing"
 DRAFT_VOCAB_MAP_INVALID = "draft_vocab_map_invalid"
 ACCEPTANCE_BELOW_TRAINING = "acceptance_below_training"
 DRAFT_VOCAB_COVERAGE_LOW = "draft_vocab_coverage_low"
+ACCEPTANCE_SLICE_LOW = "acceptance_slice_low"  # analysis.slices
 
 ERROR, WARNING, INFO = "error", "warning", "info"
 
@@ -95,6 +96,8 @@ CODES = {
     DRAFT_VOCAB_COVERAGE_LOW: (WARNING, "the target's verified tokens often lie outside the draft's vocabulary (or "
                                         "acceptance sits at the cap that coverage sets): the draft cannot propose "
                                         "them"),
+    ACCEPTANCE_SLICE_LOW: (WARNING, "acceptance in one slice (sequence position, batch size, cached prefix, "
+                                    "forward path, first decode step) is below the rest beyond chance"),
 }
 
 

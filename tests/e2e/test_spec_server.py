@@ -67,7 +67,20 @@ def _spec_counters(metrics_text):
 
 
 def _delta(after, before):
-    return {k: after[k] - before[k] for k in after}
+    return {k: after[k] - before.get(k, 0.0) for k in after}
+
+
+_SLICE_SERIES = re.compile(r'^(eagle_probe_spec_slice_drafts_total|eagle_probe_spec_slice_accepted_tokens_per_pos_total'
+                           r'|eagle_probe_spec_requests_by_accept_length_total)\{([^}]*)\} (\S+)$', re.M)
+
+
+def _slice_counters(metrics_text):
+    """{(series, dimension, bucket, position)}: value; labels a series does not have are None."""
+    out = {}
+    for name, labels, value in _SLICE_SERIES.findall(metrics_text):
+        got = dict(re.findall(r'(\w+)="([^"]*)"', labels))
+        out[(name, got.get("dimension"), got.get("bucket"), got.get("position"))] = float(value)
+    return out
 
 
 def _metric_labelled(text, name, label):
@@ -102,13 +115,19 @@ def random_runs(root):
         plain.stop()
     spec = _start(case["target"], root, "random-spec", case["args"] + ["--enable-metrics"])
     try:
-        before = _spec_counters(spec.flushed_metrics_text())
+        first_text = spec.flushed_metrics_text()
+        before = _spec_counters(first_text)
         spec_raw = [spec.generate_raw(p, max_new_tokens=12) for p in RANDOM_PROMPTS]
         counters = _delta(_spec_counters(spec.flushed_metrics_text()), before)
+        # The same prompts again: their prefixes are in SGLang's radix cache now (the slices' cache hits).
+        again_raw = [spec.generate_raw(p, max_new_tokens=12) for p in RANDOM_PROMPTS]
+        # two flushes: a finished request enters the per-request histogram at most one count after it is seen
+        slices_text = spec.flushed_metrics_text(flush_interval_s=2.0)
         log = spec.log_text()
     finally:
         spec.stop()
-    return dict(plain=plain_out, spec=spec_raw, log=log, counters=counters, root=root)
+    return dict(plain=plain_out, spec=spec_raw, log=log, counters=counters, root=root, again=again_raw,
+                slices=_delta(_slice_counters(slices_text), _slice_counters(first_text)))
 
 
 def test_random_spec_output_equals_plain(random_runs):
@@ -147,6 +166,66 @@ def test_random_probe_sees_a_correct_draft(random_runs):
     assert not _findings(root, "random-spec", "error")
     acceptance = _events(root, "random-spec", "eagle_probe.acceptance")
     assert acceptance and all(a["tp_rank"] == 0 and a["positions"] == NUM_STEPS for a in acceptance)
+
+
+def test_random_slices_add_up_to_sglangs_counts(random_runs):
+    """Acceptance by slice against SGLang's own per-request meta_info: in every dimension the slices' request-steps
+    and per-position accepted tokens add up to SGLang's totals; cache hits, first steps and the per-request
+    accept lengths are the requests SGLang says they are."""
+    from eagle_probe.analysis.slices import DIMENSIONS, request_length_bucket
+
+    metas = [r["meta_info"] for r in random_runs["spec"] + random_runs["again"]]
+    # SGLang's own word on cache hits (its start-up warm-up request may already share a token with a prompt)
+    assert [m["cached_tokens"] > 0 for m in metas][2:] == [True, True]
+    steps = sum(m["spec_verify_ct"] for m in metas)
+    per_pos = [sum(sum(n for k, n in enumerate(m["spec_correct_drafts_histogram"]) if k > j) for m in metas)
+               for j in range(NUM_STEPS)]
+    assert per_pos[0] == sum(m["spec_num_correct_drafts"] for m in metas) - per_pos[1]
+    got = random_runs["slices"]
+
+    def drafts(dimension, bucket):
+        return got.get(("eagle_probe_spec_slice_drafts_total", dimension, bucket, None), 0.0)
+
+    def accepted(dimension, bucket, j):
+        return got.get(("eagle_probe_spec_slice_accepted_tokens_per_pos_total", dimension, bucket, str(j)), 0.0)
+
+    for dimension, buckets in DIMENSIONS.items():
+        assert sum(drafts(dimension, b) for b in buckets) == steps, dimension
+        assert [sum(accepted(dimension, b, j) for b in buckets) for j in range(NUM_STEPS)] == per_pos, dimension
+    assert drafts("cached_prefix", "yes") == sum(m["spec_verify_ct"] for m in metas if m["cached_tokens"] > 0)
+    assert drafts("step", "first") == len(metas)
+    assert drafts("batch", "1") == drafts("path", "eager") == drafts("position", "0-63") == steps
+    lengths = {}
+    for m in metas:
+        bucket = request_length_bucket(1 + m["spec_num_correct_drafts"] / m["spec_verify_ct"])
+        lengths[bucket] = lengths.get(bucket, 0) + 1
+    assert {k[2]: v for k, v in got.items() if k[0] == "eagle_probe_spec_requests_by_accept_length_total"
+            and v} == lengths
+
+
+def test_random_summarize_shows_the_slices(random_runs, capsys):
+    """summarize --format json on the server's logs: acceptance_slices adds up, in every dimension, to the totals of
+    the probe's acceptance event (which agree with SGLang's, above), the start-up warm-up request included."""
+    import json
+
+    from eagle_probe.commands.cli import main
+
+    log_dir = os.path.join(random_runs["root"], "probe-random-spec")
+    assert main(["summarize", log_dir, "--format", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    [rank] = report["acceptance_slices"]["ranks"]
+    total = _events(random_runs["root"], "random-spec", "eagle_probe.acceptance")[-1]["total"]
+    metas = [r["meta_info"] for r in random_runs["spec"] + random_runs["again"]]
+    assert rank["positions"] == NUM_STEPS and rank["requests"] >= len(metas)
+    for dimension, buckets in rank["slices"].items():
+        assert sum(b["request_steps"] for b in buckets.values()) == total["drafts"], dimension
+        assert sum(sum(b["accepted"]) for b in buckets.values()) == total["accepted_tokens"], dimension
+    assert rank["slices"]["step"]["first"]["request_steps"] == rank["requests"]  # one first step per request
+    assert rank["slices"]["cached_prefix"]["yes"]["request_steps"] >= sum(
+        m["spec_verify_ct"] for m in metas if m["cached_tokens"] > 0)
+    assert rank["low"] == [] and not [f for f in report["findings"] if f["code"] == "acceptance_slice_low"]
+    assert main(["summarize", log_dir]) == 0
+    assert "Acceptance by slice" in capsys.readouterr().out
 
 
 def test_random_spec_logs_accept_len(random_runs):

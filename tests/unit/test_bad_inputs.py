@@ -561,6 +561,11 @@ OF_TYPE = {
     fields.OPT_SLOTS: st.none() | st.lists(SLOT, max_size=3), fields.MIX: st.lists(MIX_ROW, max_size=3),
     fields.OPT_ANY_NUMBER: st.none() | st.integers(-10**30, 10**30) | st.floats(),
     fields.OPT_SIGNATURE: st.none() | st.lists(st.floats(), max_size=5),
+    fields.OPT_SLICES: st.none() | st.dictionaries(TEXT, st.dictionaries(TEXT, st.fixed_dictionaries(
+        {"request_steps": st.integers(-10**30, 10**30),
+         "accepted": st.lists(st.integers(-10**30, 10**30), max_size=4)}),
+        max_size=3), max_size=3),
+    fields.OPT_BUCKET_COUNTS: st.none() | st.dictionaries(TEXT, st.integers(-10**30, 10**30), max_size=3),
 }
 
 

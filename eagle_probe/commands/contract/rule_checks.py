@@ -189,6 +189,15 @@ def returns_committed_token_lists(node):
                     and ast.unparse(call.func.value) in returned):
                 return None if sliced else "appends no slice of next_token_ids up to accept_lens"
     return "returns no list appended once per request of a loop over batch.reqs"
+def returns_last(name):
+    """Every tuple the function returns ends with `name` (the v1 verify's can_run_cuda_graph, read as output[-1])."""
+    def test(node):
+        tuples = [n.value for n in ast.walk(node) if isinstance(n, ast.Return) and isinstance(n.value, ast.Tuple)]
+        if not tuples:
+            return "returns no tuple"
+        wrong = [ast.unparse(t) for t in tuples if not (isinstance(t.elts[-1], ast.Name) and t.elts[-1].id == name)]
+        return f"returns tuples not ending with {name}: {wrong}" if wrong else None
+    return test
 
 
 def retraction_sites_problem(src, module: str, qualname: str):

@@ -14,7 +14,7 @@ from .claims import Claim, absent, body_check, dataclass_field, defines, env_def
 from .rule_checks import (assigns_result_field, aux_list_test, aux_packed_test, calls_name, capture_flag_claim,
                           capture_rule_test, default_ids_test, embedding_capturable_test, embedding_not_capturable_test,
                           graph_setup_calls_defaults, no_default_setter_calls, retraction_sites_problem,
-                          returns_committed_token_lists, returns_test, takes_param)
+                          returns_committed_token_lists, returns_last, returns_test, takes_param)
 
 DS = versions.DEEPSEEK_V2
 FORWARD_BATCH = "sglang.srt.model_executor.forward_batch_info"
@@ -58,6 +58,13 @@ ATTRIBUTES_READ: Tuple[Claim, ...] = (
     Claim(f"{versions.REQ_MODULE}.{versions.RETRACT_HOOK} is the only place that sets is_retracted = True (the "
           "probe counts retractions there)", lambda src: retraction_sites_problem(src, versions.REQ_MODULE,
                                                                                   versions.RETRACT_HOOK)),
+    # Acceptance by slice (runtime/slice_counter.py) reads these per request off the hot path, and the path of the
+    # spec-v2 verify step from its result.
+    sets_attributes(versions.REQ_MODULE, "Req", ("origin_input_ids", "cached_tokens", "finished_reason")),
+    body_check(versions.REQ_MODULE, "Req.__init__", "starts cached_tokens at 0 (a prefill adds the cached prefix)",
+               lambda node: None if "self.cached_tokens = 0" in ast.unparse(node) else "does not"),
+    dataclass_field(versions.REQ_MODULE, "ScheduleBatch", "reqs"),
+    dataclass_field("sglang.srt.managers.utils", "GenerationBatchResult", "can_run_cuda_graph"),
 )
 
 _SETTER = "DeepseekV2ForCausalLM.set_eagle3_layers_to_capture"
@@ -91,6 +98,9 @@ def _rule_claims(rules: VersionRules) -> List[Claim]:
     for hook in rules.acceptance:
         out.append(defines(hook.module, hook.qualname, ACCEPTANCE_PARAMS[hook.worker],
                            what=f"acceptance ({hook.worker} worker, {hook.when}): {hook.target} exists"))
+        if hook.worker == V1_WORKER:
+            out.append(body_check(hook.module, hook.qualname, "returns (..., can_run_cuda_graph): the slices' path",
+                                  returns_last("can_run_cuda_graph")))
         if hook.field_owner is not None:
             out.append(dataclass_field(*hook.field_owner, hook.field))
             out.append(dataclass_field(*hook.field_owner, hook.tokens_field))  # the committed tokens (coverage)

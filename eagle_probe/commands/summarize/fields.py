@@ -71,6 +71,23 @@ def _mix_row(v) -> bool:
             and _optional(_number)(v.get("count")))
 
 
+def _slice_counts(v) -> bool:
+    return (isinstance(v, dict) and _int(v.get("request_steps")) and isinstance(v.get("accepted"), list)
+            and len(v["accepted"]) <= MAX_POSITIONS and all(_int(a) for a in v["accepted"]))
+
+
+def _slices(v) -> bool:
+    """Acceptance by slice: {dimension: {bucket: {request_steps, accepted per position}}}, fixed label sets."""
+    return (isinstance(v, dict) and len(v) <= 16 and all(
+        _str(d) and isinstance(b, dict) and len(b) <= 64 and all(_str(k) and _slice_counts(c) for k, c in b.items())
+        for d, b in v.items()))
+
+
+OPT_SLICES = (_optional(_slices), "an object of dimensions to objects of buckets to {request_steps: integer, "
+              "accepted: a list of integers}, or null")
+OPT_BUCKET_COUNTS = (_optional(lambda v: isinstance(v, dict) and len(v) <= 64 and all(_str(k) and _int(n)
+                                                                                   for k, n in v.items())),
+                     "an object of buckets to integers, or null")
 STR = (_str, "a string")
 STR_OR_ABSENT = (_absent_or(_str), "a string (or absent)")
 OPT_STR = (_optional(_str), "a string or null")
@@ -115,6 +132,8 @@ BY_EVENT = {
         "draft_accuracy": OPT_RATES},
     names.VOCAB_COVERAGE: {"in_vocab": OPT_INT, "verified_tokens": OPT_INT, "map": OPT_STR, "hot_vocab_size": OPT_INT,
                            "draft_vocab_size": OPT_INT, "target_vocab_size": OPT_INT},
+    names.ACCEPTANCE_SLICES: {
+        "positions": OPT_INT, "requests": OPT_INT, "slices": OPT_SLICES, "request_accept_length": OPT_BUCKET_COUNTS},
     names.DRAFT_LOADED: {"model_class": OPT_STR, "draft_vocab_size": OPT_INT, "target_vocab_size": OPT_INT,
                          "d2t_size": OPT_INT},
     names.DRAFT_FORWARD: {"mode": OPT_STR, "aux_width": OPT_INT, "fc_in": OPT_INT, "fc_ran": OPT_BOOL},

@@ -9,6 +9,7 @@ from collections import Counter, defaultdict
 
 from ... import events as names
 from .coverage import coverage_section, render_coverage_line
+from .slices import render_slices_text, slices_section
 from .training import find_accuracy, render_training_text, training_section
 from .values import render_values_text, values_section
 
@@ -172,6 +173,7 @@ def build_report(events: list, input_stats=None, draft_accuracy=None) -> dict:
     if training["findings"]:
         _add_rank_findings(ranks, raw, training["findings"])
         report["findings"] = _group_findings(all_findings + training["findings"])
+    _add_slices(report, raw, events, all_findings + training["findings"])
     return report
 
 
@@ -183,6 +185,16 @@ def _add_rank_findings(ranks, raw, findings):
         if mine:
             raw[key]["findings"] = raw[key]["findings"] + mine
             rank["findings"] = _group_findings(raw[key]["findings"])
+
+
+def _add_slices(report: dict, raw, events, findings):
+    """Acceptance by slice, and acceptance_slice_low on the rank it was seen on (after training: a low slice is not
+    taken as what explains acceptance below training)."""
+    section = slices_section(events)
+    report["acceptance_slices"] = section
+    if section["findings"]:
+        _add_rank_findings(report["ranks"], raw, section["findings"])
+        report["findings"] = _group_findings(findings + section["findings"])
 
 
 def _fmt(value, digits=3):
@@ -248,6 +260,7 @@ def render_text(report: dict) -> str:
         for err in rank["errors"]:
             out.append(f"  probe internal error in {err.get('where')}: {err.get('error')}")
     out += render_training_text(report["training"]) if report.get("training") else []
+    out += render_slices_text(report["acceptance_slices"]) if report.get("acceptance_slices") else []
     out += render_values_text(report["values"])
     out += input_lines(report.get("input"))
     return "\n".join(out)

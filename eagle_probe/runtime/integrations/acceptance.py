@@ -73,13 +73,15 @@ def _draft_positions(instance, result=None) -> int:
 
 
 def _live(counts, reqs):
-    """Counts of the requests still running: with the overlap scheduler a request that finished (or was
-    retracted) in the previous step rides one more verify step whose tokens SGLang discards. The common case
+    """(counts, requests) of the requests still running: with the overlap scheduler a request that finished (or
+    was retracted) in the previous step rides one more verify step whose tokens SGLang discards. The common case
     (none finished) is decided by one pass in C that builds nothing (a finish reason is a true object), and a
-    second for retracted requests once a retraction was seen."""
+    second for retracted requests once a retraction was seen; the requests are then a copy of the batch's list
+    (a C copy: the slices read them later, and SGLang may rebind or change its list)."""
     if not any(map(_finished_reason, reqs)) and not (_retractions[0] and any(map(_is_retracted, reqs))):
-        return counts
-    return [n for n, req in zip(counts, reqs) if not (req.is_retracted or req.finished())]
+        return counts, reqs[:]
+    live = [(n, req) for n, req in zip(counts, reqs) if not (req.is_retracted or req.finished())]
+    return [n for n, _ in live], [req for _, req in live]
 
 
 def retraction_wrapper(wrapped, instance, args, kwargs):
@@ -88,8 +90,8 @@ def retraction_wrapper(wrapped, instance, args, kwargs):
     return result
 
 
-def _record(accepted, positions, source):
-    STATE.recorder.verify_step(VerifyStep(accepted, positions, source))
+def _record(accepted, positions, source, reqs=(), batch_size=0, graph=None):
+    STATE.recorder.verify_step(VerifyStep(accepted, positions, source, reqs, batch_size, graph))
 
 
 def _v1_wrapper(target: str, site: str):
@@ -97,14 +99,16 @@ def _v1_wrapper(target: str, site: str):
         output = wrapped(*args, **kwargs)
         if STATE.active:
             try:
+                # returns (logits, verify output, [batch,] can_run_cuda_graph): the last is the path (contract)
+                batch = args[0] if args else kwargs.get("batch")
+                reqs = getattr(batch, "reqs", None) or ()
                 counts = getattr(output[1], _field(target))
-                _record(counts, _draft_positions(instance), target)
+                _record(counts, _draft_positions(instance), target, reqs[:], len(reqs), output[-1])
                 coverage = STATE.recorder.coverage
                 if coverage is not None and _now() >= coverage.next_due and coverage.due():
                     coverage.add_device(getattr(output[1], _tokens_field(target)))  # committed tokens, on the device
                 if STATE.recorder.dumps.waiting:  # a dumped verify forward awaits its accepted rows
-                    batch = args[0] if args else kwargs["batch"]
-                    STATE.recorder.dumps.verify_resolved(batch.reqs, counts, V1)
+                    STATE.recorder.dumps.verify_resolved(reqs, counts, V1)
             except Exception as exc:
                 STATE.report_error(site, exc)
         return output
@@ -120,13 +124,14 @@ def _v2_wrapper(target: str, site: str):
                 result = args[0] if args else kwargs["result"]
                 batch = args[1] if len(args) > 1 else kwargs["batch"]
                 counts = getattr(result, _field(target))
-                live = _live(counts, batch.reqs)
+                live, reqs = _live(counts, batch.reqs)
                 if live:
-                    _record(live, _draft_positions(instance, result), target)
+                    _record(live, _draft_positions(instance, result), target, reqs, len(counts),
+                            getattr(result, "can_run_cuda_graph", None))
                     coverage = STATE.recorder.coverage
                     if coverage is not None and _now() >= coverage.next_due and coverage.due():
                         # the committed tokens, host lists; all live when no count was left out (the common case)
-                        coverage.add_lists(output if live is counts else _live(output, batch.reqs))
+                        coverage.add_lists(output if live is counts else _live(output, batch.reqs)[0])
                 if STATE.recorder.dumps.waiting:  # a dumped verify forward awaits its accepted rows
                     STATE.recorder.dumps.verify_resolved(batch.reqs, counts, V2)
             except Exception as exc:

@@ -7,6 +7,7 @@ from .coverage import Coverage
 from .draft import DraftFacts
 from .dumps import Dumps
 from .forwards import Forwards
+from .slices import Slices
 from .values import Values
 
 PARTS = (
@@ -17,4 +18,5 @@ PARTS = (
     Dumps,  # opt-in dumps of what the draft is fed
     Coverage,  # verified tokens inside the draft's vocabulary (before Acceptance: a collapse names it)
     Acceptance,  # per-step acceptance, windows, collapse
+    Slices,  # acceptance by slice (position, batch, cached prefix, path, first step), per-request distribution
 )

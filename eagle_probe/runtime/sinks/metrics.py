@@ -23,6 +23,7 @@ class MetricsSink:
         self.port = None
         self.addr = None
         kw = {} if registry is None else {"registry": registry}
+        self.registry_kw = kw  # for series other modules add (sinks/slice_metrics.py)
         self._label_names = {}
 
         def counter(name, doc, labels):

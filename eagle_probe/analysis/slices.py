@@ -1,0 +1,168 @@
+"""Acceptance by slice: the fixed buckets a verify step's request-steps are counted under, and the test that names a
+slice worse than the rest beyond chance (acceptance_slice_low).
+
+Each request-step of a verify step (one request's draft chain checked once) is counted once in every dimension:
+- position: tokens in the sequence before the chain's first draft token (prompt + generated), log2 buckets;
+- batch: requests in the verify step (the running batch), log2 buckets;
+- cached_prefix: whether the request's prefill found a cached prefix (SGLang's Req.cached_tokens > 0);
+- path: the verify forward ran as a CUDA graph or eagerly (SGLang's can_run_cuda_graph for that step);
+- step: the request's first verify step after its prefill, or a later one.
+So in each dimension the slices' counts add up to the totals. A slice keeps request-steps per accepted length
+(0..positions), from which its per-position acceptance follows as in analysis.acceptance. All label sets are fixed.
+
+The test (one-sided two-proportion z-test per dimension, slice, draft position: the slice's share of request-steps
+that accepted that position against the rest of the same dimension): it is run only where both sides hold at least
+MIN_REQUEST_STEPS, its p-value must be under ALPHA / (number of tests run) (Bonferroni), and the gap must be large
+enough to matter (MIN_GAP absolute, slice at most MAX_RATIO of the rest). A handful of steps never fires it.
+Request-steps of one request are not independent; the gap thresholds keep that from turning noise into a finding.
+"""
+
+import math
+from typing import Dict, List, Optional, Sequence
+
+from .findings import ACCEPTANCE_SLICE_LOW, CODES, Finding
+
+UNKNOWN = "unknown"
+POSITION_FIRST = 64  # sequence positions below this share one bucket
+POSITION_TOP = 1 << 16  # and from this on
+BATCH_TOP = 256
+
+
+POSITION_BUCKETS = (("0-63",) + tuple(f"{1 << b}-{(1 << (b + 1)) - 1}" for b in range(6, 16))
+                    + (f"{POSITION_TOP}+", UNKNOWN))
+BATCH_BUCKETS = ("1", "2-3", "4-7", "8-15", "16-31", "32-63", "64-127", "128-255", f"{BATCH_TOP}+")
+CACHED_BUCKETS = ("yes", "no", UNKNOWN)
+PATH_BUCKETS = ("graph", "eager", UNKNOWN)
+STEP_BUCKETS = ("first", "later", UNKNOWN)
+DIMENSIONS = {"position": POSITION_BUCKETS, "batch": BATCH_BUCKETS, "cached_prefix": CACHED_BUCKETS,
+              "path": PATH_BUCKETS, "step": STEP_BUCKETS}
+
+# Accept length per request (1 + its accepted drafts / its verify steps), upper bounds of the histogram's buckets.
+REQUEST_LENGTH_BOUNDS = (1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 8.0, math.inf)
+REQUEST_LENGTH_BUCKETS = tuple(f"<={b:g}" if b != math.inf else ">8" for b in REQUEST_LENGTH_BOUNDS)
+
+MIN_REQUEST_STEPS = 64
+ALPHA = 0.01
+MIN_GAP = 0.10
+MAX_RATIO = 0.75
+TEST_NAME = (f"one-sided two-proportion z-test per dimension, slice and draft position against the rest of the "
+             f"dimension; at least {MIN_REQUEST_STEPS} request-steps on each side; Bonferroni: p < {ALPHA} / tests "
+             f"run; and a gap of at least {MIN_GAP} absolute with the slice at most {MAX_RATIO:.0%} of the rest")
+
+
+def position_bucket(position: int) -> str:
+    if position < POSITION_FIRST:
+        return "0-63"
+    if position >= POSITION_TOP:
+        return f"{POSITION_TOP}+"
+    low = 1 << (position.bit_length() - 1)
+    return f"{low}-{2 * low - 1}"
+
+
+_BATCH_BY_BITS = {bits: label for bits, label in enumerate(BATCH_BUCKETS, start=1)}
+
+
+def batch_bucket(size: int) -> str:
+    return _BATCH_BY_BITS.get(size.bit_length(), BATCH_BUCKETS[-1]) if size > 0 else BATCH_BUCKETS[0]
+
+
+def path_bucket(graph: Optional[bool]) -> str:
+    """SGLang's can_run_cuda_graph: a bool; anything else is not known (and never evaluated: no device read)."""
+    return "graph" if graph is True else ("eager" if graph is False else UNKNOWN)
+
+
+def request_length_bucket(length: float) -> str:
+    for bound, label in zip(REQUEST_LENGTH_BOUNDS, REQUEST_LENGTH_BUCKETS):
+        if length <= bound:
+            return label
+    return REQUEST_LENGTH_BUCKETS[-1]
+
+
+def per_position(lengths: Dict[int, int], positions: int) -> List[int]:
+    """Request-steps that accepted each 0-based draft position (accepted length > k)."""
+    return [sum(n for length, n in lengths.items() if length > k) for k in range(positions)]
+
+
+def _p_lower(s1: int, n1: int, s2: int, n2: int) -> float:
+    """One-sided p-value that the slice's rate s1/n1 is below the rest's s2/n2 by chance (pooled z-test)."""
+    pooled = (s1 + s2) / (n1 + n2)
+    se = math.sqrt(pooled * (1 - pooled) * (1 / n1 + 1 / n2))
+    if se == 0:
+        return 1.0
+    z = (s2 / n2 - s1 / n1) / se
+    return 0.5 * math.erfc(z / math.sqrt(2))
+
+
+def low_slices(slices: Dict[str, Dict[str, dict]], positions: int) -> List[dict]:
+    """Slices worse than the rest beyond chance. `slices`: {dimension: {bucket: {"request_steps": n, "accepted":
+    [request-steps that accepted position k]}}}. Each result names the dimension, bucket, position (0-based), both
+    rates and sizes, p, the number of tests run and the test."""
+    candidates, tests = [], 0
+    for dimension, buckets in slices.items():
+        buckets = {b: c for b, c in buckets.items() if _sane(c)}
+        total_n = sum(b.get("request_steps", 0) for b in buckets.values())
+        for k in range(positions):
+            total_s = sum(_at(b.get("accepted"), k) for b in buckets.values())
+            for bucket, counts in buckets.items():
+                n1, s1 = counts.get("request_steps", 0), _at(counts.get("accepted"), k)
+                n2, s2 = total_n - n1, total_s - s1
+                if n1 < MIN_REQUEST_STEPS or n2 < MIN_REQUEST_STEPS:
+                    continue
+                tests += 1
+                r1, r2 = s1 / n1, s2 / n2
+                if r2 - r1 >= MIN_GAP and r1 <= MAX_RATIO * r2:
+                    candidates.append((dimension, bucket, k, r1, n1, r2, n2, _p_lower(s1, n1, s2, n2)))
+    found = []
+    for dimension, bucket, k, r1, n1, r2, n2, p in sorted(candidates, key=lambda c: c[-1]):
+        if p < ALPHA / max(tests, 1):
+            found.append({"dimension": dimension, "bucket": bucket, "position": k, "rate": round(r1, 4),
+                          "request_steps": n1, "rest_rate": round(r2, 4), "rest_request_steps": n2,
+                          "p_value": p, "tests": tests, "test": TEST_NAME})
+    return found
+
+
+def _sane(counts: dict) -> bool:
+    """Counts a probe could have written (a log read back may hold anything): 0 <= accepted <= request-steps."""
+    n = counts.get("request_steps", 0)
+    return isinstance(n, int) and n >= 0 and all(isinstance(a, int) and 0 <= a <= n for a in counts.get("accepted")
+                                                 or ())
+
+
+def _at(values: Optional[Sequence[int]], k: int) -> int:
+    return values[k] if values and k < len(values) else 0
+
+
+def worst_per_slice(found: Sequence[dict]) -> List[dict]:
+    """One result per (dimension, bucket): its most significant position (found is sorted by p)."""
+    seen, out = set(), []
+    for item in found:
+        key = (item["dimension"], item["bucket"])
+        if key not in seen:
+            seen.add(key)
+            out.append(item)
+    return out
+
+
+_CAUSES = {
+    "position": "acceptance falling with position points at a RoPE scaling or max_position_embeddings mismatch "
+                "between the draft and its target (or a draft trained on shorter sequences)",
+    "batch": "acceptance that depends on the batch size points at padded-batch or batch-indexing bugs",
+    "cached_prefix": "low acceptance on cache hits points at stale draft state (hidden states, KV) for the cached "
+                     "prefix",
+    "path": "a gap between CUDA-graph and eager verify forwards points at state the graph captured once",
+    "step": "a low first decode step points at what the draft is handed after prefill (its hidden states, "
+            "its KV of the prompt)",
+}
+
+
+def slice_low_finding(item: dict, positions: int):
+    evidence = {k: item[k] for k in ("dimension", "bucket", "position", "rate", "request_steps", "rest_rate",
+                                     "rest_request_steps", "tests", "test")}
+    evidence["p_value"] = float(f"{item['p_value']:.3g}")
+    evidence["positions"] = positions
+    return Finding(
+        ACCEPTANCE_SLICE_LOW, CODES[ACCEPTANCE_SLICE_LOW][0],
+        f"acceptance at draft position {item['position']} (0-based) is {item['rate']:.1%} over {item['request_steps']} "
+        f"request-steps with {item['dimension']} = {item['bucket']}, against {item['rest_rate']:.1%} over "
+        f"{item['rest_request_steps']} in the rest (p = {item['p_value']:.2g}, {item['tests']} tests; {item['test']}). "
+        f"{_CAUSES[item['dimension']]}.", tuple(sorted(evidence.items())))

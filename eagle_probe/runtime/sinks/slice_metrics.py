@@ -1,0 +1,43 @@
+"""Prometheus series of acceptance by slice (runtime/parts/slices.py), made on the first flush that has counts, on
+the sink's registry and with its rank labels. Every label takes values from a fixed set (analysis.slices): the
+dimension, its buckets, the draft position (the server's speculative steps) and the per-request length buckets."""
+
+from .metrics import RANK_LABELS
+
+_SERIES = "_slice_series"
+
+
+def _series(sink):
+    series = getattr(sink, _SERIES, None)
+    if series is None:
+        import prometheus_client as prom
+
+        def counter(name, doc, labels):
+            metric = prom.Counter(name, doc, labels + RANK_LABELS, **sink.registry_kw)
+            sink._label_names[id(metric)] = labels
+            return metric
+
+        series = (
+            counter("eagle_probe_spec_slice_drafts_total", "Draft sequences verified (request-steps) in each slice "
+                    "of a dimension (position, batch, cached_prefix, path, step).", ("dimension", "bucket")),
+            counter("eagle_probe_spec_slice_accepted_tokens_per_pos_total", "Draft tokens accepted at each 0-based "
+                    "draft position, in each slice of a dimension.", ("dimension", "bucket", "position")),
+            counter("eagle_probe_spec_requests_by_accept_length_total", "Finished requests by their accept length "
+                    "(1 + accepted drafts per verify step, bonus included), in fixed buckets.", ("bucket",)),
+        )
+        setattr(sink, _SERIES, series)
+    return series
+
+
+def add_slice_counts(sink, slices: dict, request_lengths: dict) -> None:
+    """Counts added since the last flush: slices {(dimension, bucket): (request-steps, [accepted per position])},
+    request_lengths {bucket: requests}. Every series is resolved before any is increased (as MetricsSink._add)."""
+    drafts, per_pos, requests = _series(sink)
+    adds = []
+    for (dimension, bucket), (steps, accepted) in slices.items():
+        adds.append((sink._child(drafts, dimension, bucket), steps))
+        adds += [(sink._child(per_pos, dimension, bucket, str(k)), n) for k, n in enumerate(accepted)]
+    adds += [(sink._child(requests, bucket), n) for bucket, n in request_lengths.items()]
+    for child, amount in adds:
+        if amount:
+            child.inc(amount)

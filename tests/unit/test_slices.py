@@ -1,0 +1,212 @@
+"""Acceptance by slice: the fixed buckets, the per-request bookkeeping off the hot path, the test that names a low
+slice, its metrics, event and summarize output (pure logic on plain records; tests/e2e/test_spec_server.py proves
+the counts against a real server's)."""
+
+import io
+import json
+import random
+from types import SimpleNamespace
+
+import prometheus_client
+
+from eagle_probe import events as names
+from eagle_probe.analysis import slices as S
+from eagle_probe.commands.summarize.fields import field_problem
+from eagle_probe.commands.summarize.report import build_report, render_text
+from eagle_probe.config import ProbeConfig
+from eagle_probe.observations import Ranks, VerifyStep
+from eagle_probe.runtime.recorder import Recorder
+from eagle_probe.runtime.sinks.logs import LogSink
+from eagle_probe.runtime.sinks.metrics import MetricsSink
+from eagle_probe.runtime.slice_counter import SliceCounter
+from eagle_probe.versions import parse_version, rules_for
+
+
+def req(prompt=10, cached=0):
+    return SimpleNamespace(origin_input_ids=[0] * prompt, cached_tokens=cached, finished_reason=None)
+
+
+def test_position_buckets_are_log2_from_64():
+    cases = {0: "0-63", 63: "0-63", 64: "64-127", 127: "64-127", 128: "128-255", 4095: "2048-4095",
+             32768: "32768-65535", 65535: "32768-65535", 65536: "65536+", 10 ** 9: "65536+"}
+    assert {p: S.position_bucket(p) for p in cases} == cases
+    assert set(cases.values()) <= set(S.POSITION_BUCKETS)
+
+
+def test_batch_and_request_length_buckets():
+    cases = {1: "1", 2: "2-3", 3: "2-3", 4: "4-7", 16: "16-31", 127: "64-127", 128: "128-255", 255: "128-255",
+             256: "256+", 5000: "256+"}
+    assert {n: S.batch_bucket(n) for n in cases} == cases
+    assert [S.request_length_bucket(v) for v in (1.0, 1.25, 1.26, 2.0, 7.9, 8.0, 8.01)] == \
+        ["<=1.25", "<=1.25", "<=1.5", "<=2", "<=8", "<=8", ">8"]
+    assert S.path_bucket(True) == "graph" and S.path_bucket(False) == "eager"
+    assert S.path_bucket(None) == S.path_bucket(object()) == "unknown"  # never a truth test of a tensor
+
+
+def test_position_first_step_and_cached_prefix_per_request():
+    counter = SliceCounter()
+    fresh, hit = req(prompt=60), req(prompt=200, cached=64)
+    # fresh: positions 61, 64 (61 + 2 + 1), 65 -> buckets 0-63, 64-127, 64-127; hit: 201, 202, 203
+    for accepted in ([2, 0], [0, 0], [1, 0]):
+        counter.add(VerifyStep(accepted, 3, "t", [fresh, hit], 2, False))
+    snap = counter.snapshot()
+    slices = snap["slices"]
+    assert slices["position"] == {"0-63": {"request_steps": 1, "accepted": [1, 1, 0]},
+                                  "64-127": {"request_steps": 2, "accepted": [1, 0, 0]},
+                                  "128-255": {"request_steps": 3, "accepted": [0, 0, 0]}}
+    assert slices["step"]["first"] == {"request_steps": 2, "accepted": [1, 1, 0]}
+    assert slices["step"]["later"]["request_steps"] == 4
+    assert slices["cached_prefix"]["yes"]["request_steps"] == 3 and slices["cached_prefix"]["no"]["accepted"] == \
+        [2, 1, 0]
+    assert slices["batch"] == {"2-3": {"request_steps": 6, "accepted": [2, 1, 0]}}
+    assert slices["path"] == {"eager": {"request_steps": 6, "accepted": [2, 1, 0]}}
+
+
+def test_each_dimension_sums_to_the_totals():
+    rng, counter, total, accepted_total = random.Random(7), SliceCounter(), 0, 0
+    live = [req(prompt=rng.randrange(1, 3000), cached=rng.choice((0, 16))) for _ in range(40)]
+    for step in range(300):
+        batch = rng.sample(live, rng.randrange(1, 40))
+        accepted = [rng.randrange(0, 4) for _ in batch]
+        total, accepted_total = total + len(batch), accepted_total + sum(accepted)
+        counter.add(VerifyStep(accepted, 3, "t", batch, len(batch), rng.choice((True, False, None))))
+    counter.add(VerifyStep((1, 2), 3))  # observed without its requests: counted as unknown, never dropped
+    total, accepted_total = total + 2, accepted_total + 3
+    for dimension, buckets in counter.snapshot()["slices"].items():
+        assert sum(b["request_steps"] for b in buckets.values()) == total, dimension
+        assert sum(sum(b["accepted"]) for b in buckets.values()) == accepted_total, dimension
+        assert set(buckets) <= set(S.DIMENSIONS[dimension])
+
+
+def test_finished_requests_enter_the_histogram_one_count_later():
+    counter = SliceCounter()
+    good, bad = req(), req()
+    for _ in range(4):
+        counter.add(VerifyStep([3, 0], 3, "t", [good, bad], 2, False))
+    good.finished_reason = bad.finished_reason = "stop"
+    counter.add(VerifyStep([3], 3, "t", [good], 1, False))  # queued before SGLang marked it finished
+    assert counter.snapshot()["requests"] == 0  # first seen in this count: retired at the next
+    snap = counter.snapshot()
+    assert snap["request_accept_length"] == {"<=1.25": 1, "<=4": 1}  # 1 + 0 and 1 + 3 per step
+    assert snap["slices"]["step"]["later"]["request_steps"] == 7  # the late step was counted before retiring
+    assert snap["requests"] == 2
+    # A request seen again after it was retired counts as new (its object is another request's now).
+    counter.add(VerifyStep([1], 3, "t", [req()], 1, False))
+    assert counter.snapshot()["slices"]["step"]["first"]["request_steps"] == 3
+
+
+def _slices(rates_by_bucket, n, positions=3):
+    """One dimension whose buckets accept position k with the given rates, n request-steps each."""
+    return {"cached_prefix": {b: {"request_steps": n, "accepted": [round(r * n)] * positions}
+                              for b, r in rates_by_bucket.items()}}
+
+
+def test_a_handful_of_steps_never_fires():
+    # Nothing accepted in 20 cache hits against everything accepted elsewhere: too few to judge.
+    assert S.low_slices(_slices({"yes": 0.0, "no": 1.0}, 20), 3) == []
+    assert S.low_slices(_slices({"yes": 0.0, "no": 1.0}, S.MIN_REQUEST_STEPS - 1), 3) == []
+
+
+def test_equal_slices_never_fire_and_a_clearly_worse_one_does():
+    assert S.low_slices(_slices({"yes": 0.7, "no": 0.7}, 100000), 3) == []
+    assert S.low_slices(_slices({"yes": 0.66, "no": 0.7}, 100000), 3) == []  # significant but too small a gap
+    found = S.low_slices(_slices({"yes": 0.2, "no": 0.7}, 400), 3)
+    assert [(f["dimension"], f["bucket"]) for f in S.worst_per_slice(found)] == [("cached_prefix", "yes")]
+    assert found[0]["p_value"] < S.ALPHA / found[0]["tests"] and found[0]["tests"] == 6
+    assert "z-test" in found[0]["test"] and "Bonferroni" in found[0]["test"]
+
+
+def test_random_traffic_of_one_rate_does_not_fire():
+    """The same acceptance everywhere, drawn at random: no slice is named (the false-alarm side of the test)."""
+    rng = random.Random(3)
+    fired = 0
+    for trial in range(20):
+        counter = SliceCounter()
+        reqs = [req(prompt=rng.randrange(1, 5000), cached=rng.choice((0, 8))) for _ in range(64)]
+        for _ in range(200):
+            batch = rng.sample(reqs, rng.randrange(1, 64))
+            accepted = [sum(1 for _ in range(3) if rng.random() < 0.6) for _ in batch]
+            counter.add(VerifyStep(accepted, 3, "t", batch, len(batch), False))
+        snap = counter.snapshot()
+        fired += bool(S.low_slices(snap["slices"], 3))
+    assert fired == 0
+
+
+def make_recorder():
+    stream, registry = io.StringIO(), prometheus_client.CollectorRegistry()
+    clock = [0.0]
+    recorder = Recorder(ProbeConfig(flush_interval_s=0), rules_for(parse_version("0.5.23")), "0.5.23",
+                        LogSink(stream=stream), lambda: Ranks(tp_rank=0, tp_size=1, pp_rank=0),
+                        lambda ranks: MetricsSink(ranks, registry=registry), clock=lambda: clock[0])
+    return recorder, stream, registry, clock
+
+
+def sample(registry, name, **labels):
+    return registry.get_sample_value(name, dict(tp_rank="0", pp_rank="0", dp_rank="", **labels))
+
+
+def _serve(recorder, rounds=80):
+    """Cache hits accept nothing at position 0 half as often as the rest; a request finishes after 5 steps."""
+    rng = random.Random(1)
+    reqs = []
+    for _ in range(rounds):
+        reqs += [req(prompt=600, cached=32), req(prompt=600)]  # one position bucket
+        accepted = [rng.randrange(0, 2) if r.cached_tokens else 3 for r in reqs]
+        recorder.verify_step(VerifyStep(accepted, 3, "t", reqs[:], len(reqs), False))
+        if len(reqs) >= 16:
+            for r in reqs[:2]:
+                r.finished_reason = "stop"
+            reqs = reqs[2:]
+
+
+def test_recorder_counts_slices_into_metrics_event_and_finding():
+    recorder, stream, registry, clock = make_recorder()
+    _serve(recorder)
+    recorder.flush_metrics()
+    recorder.flush_metrics()  # requests first seen finished in one count are retired at the next
+    drafts = sample(registry, "eagle_probe_spec_drafts_total")
+    for dimension in S.DIMENSIONS:
+        in_slices = sum(sample(registry, "eagle_probe_spec_slice_drafts_total", dimension=dimension, bucket=b) or 0
+                        for b in S.DIMENSIONS[dimension])
+        assert in_slices == drafts, dimension
+    hits0 = sample(registry, "eagle_probe_spec_slice_accepted_tokens_per_pos_total", dimension="cached_prefix",
+                   bucket="yes", position="0")
+    misses0 = sample(registry, "eagle_probe_spec_slice_accepted_tokens_per_pos_total", dimension="cached_prefix",
+                     bucket="no", position="0")
+    assert hits0 + misses0 == sample(registry, "eagle_probe_spec_accepted_tokens_per_pos_total", position="0")
+    assert sum(sample(registry, "eagle_probe_spec_requests_by_accept_length_total", bucket=b) or 0
+               for b in S.REQUEST_LENGTH_BUCKETS) > 0
+    clock[0] = 100.0
+    recorder.periodic.tick()
+    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    event = [e for e in lines if e["event"] == names.ACCEPTANCE_SLICES][-1]
+    assert field_problem(event) is None
+    assert event["slices"]["cached_prefix"]["yes"]["request_steps"] > S.MIN_REQUEST_STEPS
+    low = [e for e in lines if e["event"] == names.FINDING and e["code"] == "acceptance_slice_low"]
+    assert [(f["evidence"]["dimension"], f["evidence"]["bucket"]) for f in low] == [("cached_prefix", "yes")]
+    assert "cache" in low[0]["message"] and low[0]["evidence"]["tests"] >= 1
+    # summarize: the slices printed, in JSON, the runtime's finding not repeated.
+    report = build_report(lines)
+    section = report["acceptance_slices"]
+    assert section["ranks"][0]["slices"]["cached_prefix"]["yes"]["per_position_rate"][0] < 0.6
+    assert [g["count"] for g in report["findings"] if g["code"] == "acceptance_slice_low"] == [1]
+    text = render_text(report)
+    assert "Acceptance by slice" in text and "LOW cached_prefix=yes at position " in text
+    json.dumps(report)
+
+
+def test_summarize_names_a_low_slice_the_probe_did_not_log():
+    recorder, stream, _, clock = make_recorder()
+    _serve(recorder)
+    clock[0] = 100.0
+    recorder.periodic.tick()
+    lines = [json.loads(line) for line in stream.getvalue().splitlines()
+             if '"acceptance_slice_low"' not in line]  # e.g. logs of a probe before this check
+    report = build_report(lines)
+    assert [g["code"] for g in report["findings"]] == ["acceptance_slice_low"]
+    assert report["ranks"][0]["findings"][0]["code"] == "acceptance_slice_low"
+
+
+def test_summarize_skips_a_malformed_slices_event():
+    bad = {"event": names.ACCEPTANCE_SLICES, "positions": 3, "slices": {"batch": {"1": {"request_steps": "x"}}}}
+    assert "slices" in field_problem(bad)
