@@ -18,9 +18,8 @@ a cosine up to 0.99 is still named.
 from dataclasses import dataclass
 from typing import Dict, List
 
-from .findings import Finding
+from .findings import VERIFY_PREFILL_MISMATCH, Finding
 
-VERIFY_PREFILL_MISMATCH = "verify_prefill_mismatch"
 MEASURED_FP32 = 8.8e-14  # largest rel_diff, verify row against prefill, clean float32 server (see the docstring)
 MARGIN = 10.0
 FLOOR_FP32 = 1e-9

@@ -55,6 +55,7 @@ DRAFT_VOCAB_MAP_INVALID = "draft_vocab_map_invalid"
 ACCEPTANCE_BELOW_TRAINING = "acceptance_below_training"
 DRAFT_VOCAB_COVERAGE_LOW = "draft_vocab_coverage_low"
 ACCEPTANCE_SLICE_LOW = "acceptance_slice_low"  # analysis.slices
+VERIFY_PREFILL_MISMATCH = "verify_prefill_mismatch"  # analysis.consistency (`eagle-probe consistency`)
 
 ERROR, WARNING, INFO = "error", "warning", "info"
 
@@ -98,6 +99,8 @@ CODES = {
                                         "them"),
     ACCEPTANCE_SLICE_LOW: (WARNING, "acceptance in one slice (sequence position, batch size, cached prefix, "
                                     "forward path, first decode step) is below the rest beyond chance"),
+    VERIFY_PREFILL_MISMATCH: (ERROR, "consistency: the aux states of verified, accepted rows differ from a prefill of "
+                                     "the same tokens on the same server beyond the tolerance"),
 }
 
 
