@@ -1,10 +1,15 @@
 """Prometheus series of acceptance by slice (runtime/parts/slices.py), made on the first flush that has counts, on
 the sink's registry and with its rank labels. Every label takes values from a fixed set (analysis.slices): the
-dimension, its buckets, the draft position (the server's speculative steps) and the per-request length buckets."""
+dimension, its buckets, the draft position (the server's speculative steps) and the per-request length buckets.
+Every series of those sets is made at once, at zero (Prometheus' advice for label values known in advance): a
+rate over a slice that saw nothing yet reads 0, not "no data", and the sink's series stop changing after the first
+flush."""
 
+from ...analysis.slices import DIMENSIONS, REQUEST_LENGTH_BUCKETS
 from .metrics import RANK_LABELS
 
 _SERIES = "_slice_series"
+_MADE = "_slice_series_made"  # the draft positions every series was made for
 
 
 def _series(sink):
@@ -33,6 +38,16 @@ def add_slice_counts(sink, slices: dict, request_lengths: dict) -> None:
     """Counts added since the last flush: slices {(dimension, bucket): (request-steps, [accepted per position])},
     request_lengths {bucket: requests}. Every series is resolved before any is increased (as MetricsSink._add)."""
     drafts, per_pos, requests = _series(sink)
+    positions = max((len(accepted) for _, accepted in slices.values()), default=0)
+    if positions > getattr(sink, _MADE, 0):
+        for dimension, buckets in DIMENSIONS.items():
+            for bucket in buckets:
+                sink._child(drafts, dimension, bucket)
+                for k in range(positions):
+                    sink._child(per_pos, dimension, bucket, str(k))
+        for bucket in REQUEST_LENGTH_BUCKETS:
+            sink._child(requests, bucket)
+        setattr(sink, _MADE, positions)
     adds = []
     for (dimension, bucket), (steps, accepted) in slices.items():
         adds.append((sink._child(drafts, dimension, bucket), steps))
