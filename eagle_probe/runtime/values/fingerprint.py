@@ -3,7 +3,7 @@
 For K slots of width H over T real tokens, one fingerprint per slot: rms, mean, absolute max, the count of
 non-finite values, and a signature (the per-channel mean projected by a seeded Gaussian matrix to SIGNATURE_SIZE
 numbers; two fingerprints of the same layer compare with cosine near 1). The reductions over the tokens (per-channel
-sums, 2-norm, absolute max, finite count: four device operations) run on the tensor's own device and stream into a
+sums, 2-norm, absolute max, finite count: five device operations) run on the tensor's own device and stream into a
 preallocated buffer, which is copied with non_blocking=True into pinned host memory and
 read once a CUDA event recorded after the copy reports done (query(), never synchronize()): SGLang's overlap
 scheduler reads its results the same way. On the CPU the values are there at once. Nothing here calls .item(),
