@@ -13,8 +13,8 @@ same prepared batches, so drift on the machine hits both alike. Two figures per 
   on a shared VM the other blocks carry other processes' interference. The forward evicts the CPU caches, so this
   is the cold-cache cost. The median over all forwards is printed beside it (context: it moved 2x between runs).
 Fingerprints: one sampled fingerprint per slot count, width and token count (3 x 7168 as DeepSeek-V3 at 8 and 512
-tokens), bf16 and float32 (best of 7 block medians, as in situ), and the figure amortised over the forwards
-of one sampling interval.
+tokens), bf16 and float32 (best of 7 block medians, as in situ): the forward's thread's part (queue: the reductions
+and the copy to host memory), amortised over the forwards of one sampling interval, and the flush thread's (read).
 Draft forward and verify step (acceptance path): the wrapper around a function returning at once, with real
 SGLang objects (llama_eagle3.LlamaModel and a ForwardBatch carrying an EagleDraftInput; Req, ScheduleBatch and
 GenerationBatchResult; the verify hook's owner is a stand-in for the Scheduler, with its server_args'
@@ -372,35 +372,42 @@ FORWARDS_PER_S = 50  # a busy rank's target forwards per second, for the amortis
 
 
 def fingerprint_cost_us(budget_s=0.1, repeat=REFERENCE_REPEAT):
-    """One sampled fingerprint (queue the reductions, read the host buffer), us per shape and dtype: the best of
-    `repeat` block medians (3 to 20 samples, about budget_s, per block), as the in-situ figure; a median, not a mean,
-    since a loaded 2-core machine stalls torch's CPU thread pool for milliseconds now and then (not the probe's
-    cost, and no thread pool runs these reductions on a GPU). On this CPU-only machine both happen in the forward's
-    thread. At the default interval (1 s) one forward in
-    FORWARDS_PER_S pays it: amortised = cost / FORWARDS_PER_S."""
+    """One sampled fingerprint, us per shape and dtype: ({shape: queue}, {shape: read}). queue() is the forward's
+    thread's part (the reductions on the aux states' device and the copy to host memory), read() the flush thread's
+    (the per-slot figures and the signature from the host copy). Each the best of `repeat` block medians (3 to 20
+    samples, about budget_s, per block), as the in-situ figure; a median, not a mean, since a loaded 2-core machine
+    stalls torch's CPU thread pool for milliseconds now and then (not the probe's cost, and no thread pool runs
+    these reductions on a GPU). At the default interval (1 s) one forward in FORWARDS_PER_S pays the queue:
+    amortised = queue / FORWARDS_PER_S."""
     import torch
 
     from eagle_probe.runtime.values.fingerprint import Fingerprinter
 
-    out = {}
+    queued, read = {}, {}
     for slots, width, tokens in FINGERPRINT_SHAPES:
         for dtype in (torch.bfloat16, torch.float32):
             states = torch.randn(tokens, slots * width).to(dtype)
             fingerprinter = Fingerprinter(slots, width, states.device)
 
             start = time.perf_counter_ns()
-            fingerprinter.queue(states).read()  # the first sample makes the device's constants
+            fingerprinter.queue(states).read()  # the first sample makes the device's constants and the projection
             number = max(3, min(20, int(budget_s * 1e9 / max(time.perf_counter_ns() - start, 1))))
-            blocks = []
+            queue_blocks, read_blocks = [], []
             for _ in range(repeat):
-                times = []
+                queue_times, read_times = [], []
                 for _ in range(number):
                     start = time.perf_counter_ns()
-                    fingerprinter.queue(states).read()
-                    times.append(time.perf_counter_ns() - start)
-                blocks.append(statistics.median(times))
-            out[f"{slots}x{width}x{tokens}_{str(dtype).replace('torch.', '')}"] = round(min(blocks) / 1000, 1)
-    return out
+                    pending = fingerprinter.queue(states)
+                    middle = time.perf_counter_ns()
+                    pending.read()
+                    queue_times.append(middle - start)
+                    read_times.append(time.perf_counter_ns() - middle)
+                queue_blocks.append(statistics.median(queue_times))
+                read_blocks.append(statistics.median(read_times))
+            key = f"{slots}x{width}x{tokens}_{str(dtype).replace('torch.', '')}"
+            queued[key] = round(min(queue_blocks) / 1000, 1)
+            read[key] = round(min(read_blocks) / 1000, 1)
+    return queued, read
 
 
 LOAD_BUDGET_MS = 50.0  # issue 19: the registry scan and wrapping at load time, per process (absolute: once)
@@ -498,15 +505,16 @@ def main():
     figures["slice_count_us"] = slice_count_cost_us(500)
     print("acceptance by slice, bucketing per verify step off the hot path (no budget): " + ", ".join(
         f"batch {b}: {us:.2f} us" for b, us in figures["slice_count_us"].items()))
-    figures["fingerprint_us"] = fingerprint_cost_us()
+    figures["fingerprint_us"], figures["fingerprint_read_us"] = fingerprint_cost_us()
     tiny = figures["fingerprint_us"]["3x64x8_float32"]  # the model this benchmark runs
     figures["fingerprint_amortised_us"] = round(tiny / FORWARDS_PER_S, 2)
-    print(f"\n{'fingerprint (slots x width x tokens, dtype)':<46}{'us per sample':>14}")
+    print(f"\n{'fingerprint (slots x width x tokens, dtype)':<46}{'queue us':>10}{'read us':>10}")
     for shape, cost in figures["fingerprint_us"].items():
-        print(f"{shape:<46}{cost:>14.1f}")
-    print(f"amortised at the default 1 s interval and {FORWARDS_PER_S} forwards/s: "
-          f"{figures['fingerprint_amortised_us']:.2f} us per forward for this benchmark's model (3 x 64); any shape: "
-          f"its cost above / {FORWARDS_PER_S} (on a GPU the reductions are a few memory passes over the aux states)")
+        print(f"{shape:<46}{cost:>10.1f}{figures['fingerprint_read_us'][shape]:>10.1f}")
+    print(f"queue: the forward's thread, once per sample; read: the flush thread's (context, no budget). Amortised at "
+          f"the default 1 s interval and {FORWARDS_PER_S} forwards/s: {figures['fingerprint_amortised_us']:.2f} us per "
+          f"forward for this benchmark's model (3 x 64); any shape: its queue above / {FORWARDS_PER_S} (on a GPU the "
+          f"reductions are a few memory passes over the aux states)")
     eagle_probe.uninstall()
     print(f"probe logs: {log_dir}")
     load_ms, classes, wrapped = load_cost_ms()

@@ -24,6 +24,13 @@ class Periodic:
         if flush_interval_s > 0:
             self._flusher = PeriodicFlusher(owner, flush_interval_s).start()
             self.hot_ticks = flush_interval_s > self.interval
+            for part in self.parts:
+                part.flush_thread_started()
+
+    def drain(self):
+        """What the hot path left for the flush thread (e.g. fingerprints to read), done now."""
+        for part in self.parts:
+            part.drain()
 
     def flush_metrics(self):
         """Every part's counts since its last flush into the series (thread-safe)."""
@@ -55,12 +62,14 @@ class Periodic:
             self.tick()
 
     def on_timer(self):
+        self.drain()
         self.flush_metrics()
         if self.clock() >= self.next_tick:
             self.tick()
 
     def flush(self):
         """Everything out: metrics and the final periodic events (at uninstall or process exit)."""
+        self.drain()
         self.flush_metrics()
         with self._tick_lock:
             now = self.clock()

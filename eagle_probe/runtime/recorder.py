@@ -179,6 +179,10 @@ class Recorder:
     def flush_metrics(self):
         self.periodic.flush_metrics()
 
+    def drain(self):
+        """What waits for the flush thread (fingerprints read from host memory), done on the caller's thread."""
+        self.periodic.drain()
+
     def flush(self):
         """Everything out: metrics, a final summary, the open acceptance window (at uninstall or process exit)."""
         self.periodic.flush()

@@ -13,6 +13,7 @@ import torch
 
 import eagle_probe
 from eagle_probe.commands.summarize.logread import read_events
+from eagle_probe.runtime.state import STATE
 from eagle_probe import families, versions
 
 TOKENS = [[5, 9, 17, 33, 2, 71, 8], [3, 4, 5, 6, 100, 31]]
@@ -28,6 +29,8 @@ CASES = {
 
 
 def events(log_dir, name):
+    if STATE.recorder is not None:
+        STATE.recorder.drain()  # the fingerprints the flush thread has not read yet
     return [e for e in read_events([str(log_dir)]) if e["event"] == name]
 
 

@@ -25,6 +25,8 @@ EVERY_FORWARD = {"EAGLE_PROBE_FINGERPRINT_INTERVAL_S": "1e-9"}  # a new sampling
 
 
 def events(log_dir, name=None):
+    if STATE.recorder is not None:
+        STATE.recorder.drain()  # the fingerprints the flush thread has not read yet
     out = []
     for file in sorted(os.listdir(log_dir)):
         if file.endswith(".jsonl"):
@@ -140,8 +142,8 @@ def test_a_layer_that_adds_nothing_makes_two_slots_identical(sglang_runtime, pro
 
 def test_sampled_path_reads_only_its_host_buffers(dense, probed, monkeypatch, tmp_path):
     """The no-sync rule on the CPU path: inside the probe, .item(), .cpu(), .tolist(), .numpy() and truth or number
-    conversions are called on no tensor but the fingerprint host buffers (on a GPU: pinned memory, read after
-    its event reported done)."""
+    conversions are called on no tensor but the fingerprint host buffers (on a GPU: pinned memory, read on the flush
+    thread after its event reported done)."""
     _, runner = dense
     probed(**EVERY_FORWARD, EAGLE_PROBE_DUMP_DIR=str(tmp_path / "dumps"), EAGLE_PROBE_DUMP_EVERY="1",
            EAGLE_PROBE_DUMP_LAYERS="all")
@@ -159,10 +161,11 @@ def test_sampled_path_reads_only_its_host_buffers(dense, probed, monkeypatch, tm
         monkeypatch.setattr(torch.Tensor, name, spy)
     extend(runner)
     runner.target_verify([[12, 40, 41], [11, 50, 51]])
+    STATE.recorder.drain()  # the flush thread's read, here
     monkeypatch.undo()
     STATE.recorder.dump_writer.drain()
-    hosts = {id(h) for f in STATE.recorder.fingerprints._fingerprinters.values() for h in f.host_buffers}
-    assert calls and all(name == "tolist" and ident in hosts for name, ident, _, _ in calls), calls
+    hosts = {id(h) for f in STATE.recorder.fingerprints._fingerprinters.values() for h in f.host_tensors()}
+    assert calls and all(name == "numpy" and ident in hosts for name, ident, _, _ in calls), calls
 
 
 def test_outputs_bit_identical_with_fingerprints_and_dumps(dense, probed, tmp_path):

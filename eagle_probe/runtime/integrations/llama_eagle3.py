@@ -81,7 +81,7 @@ def _observe_draft_forward(instance, args, kwargs, error):
 def _sample_draft_input(sampler, instance, args, kwargs):
     """On target-fed draft forwards, fingerprint the hidden states as the draft receives them (before its fc)."""
     recorder = STATE.recorder
-    if sampler.pending:
+    if sampler.inline and sampler.pending:
         deliver_ready(sampler, recorder)
     forward_batch = args[2] if len(args) > 2 else kwargs["forward_batch"]
     mode = forward_batch.forward_mode
@@ -103,7 +103,7 @@ def _sample_draft_input(sampler, instance, args, kwargs):
     tokens = real_tokens(forward_batch, hidden.shape[0])
     context = SampleContext(role="draft", mode=mode.name, step=static.forwards, tokens=tokens,
                             capture_indices=(None,) * slots, widths=(width,) * slots, num_layers=None, wall=wall)
-    if sampler.queue(hidden[:tokens], slots, width, context):
+    if sampler.queue(hidden[:tokens], slots, width, context) and sampler.inline:
         deliver_ready(sampler, recorder)
 
 

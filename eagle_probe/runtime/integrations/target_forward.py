@@ -129,7 +129,7 @@ def _after_forward(facts, result, error):
     static.forwards += 1
     if error is None:
         sampler = recorder.fingerprints
-        if sampler is not None and (sampler.pending or (
+        if sampler is not None and ((sampler.inline and sampler.pending) or (
                 not capturing and mode in (static.sampled or _learn_sampled(static, mode))
                 and _wall() >= sampler.next_due.get(static.role, 0.0))):
             try:

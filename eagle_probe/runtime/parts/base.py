@@ -33,6 +33,12 @@ class Part:
     def tick(self, now: float, final: bool = False) -> None:
         """Periodic events, once per summary interval; `final` at exit and uninstall."""
 
+    def drain(self) -> None:
+        """Finish what the hot path left for the flush thread (on that thread, and at the final flush)."""
+
+    def flush_thread_started(self) -> None:
+        """A flush thread now calls drain() every flush interval: work may wait for it instead of the hot path."""
+
     def close(self) -> None:
         """Finish background work before the final flush."""
 

@@ -7,7 +7,7 @@ from ...analysis.layers import capture_label
 from ...config import read_reference
 from ...events import AUX_FINGERPRINT
 from ...observations import AuxFingerprint
-from ..values.sampler import FingerprintSampler
+from ..values.sampler import FingerprintSampler, deliver_ready
 from .base import Part
 
 
@@ -31,6 +31,14 @@ class Values(Part):
 
     def exports(self) -> dict:
         return {"fingerprints": self.sampler}
+
+    def flush_thread_started(self):
+        if self.sampler is not None:
+            self.sampler.inline = False  # read on the flush thread from now on, off the forward's
+
+    def drain(self):
+        if self.sampler is not None and self.sampler.pending:
+            deliver_ready(self.sampler, self.recorder)
 
     def aux_sampled(self, sample):
         """A sampled forward's fingerprints, read from host memory: gauges, log lines, value findings."""

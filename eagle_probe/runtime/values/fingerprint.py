@@ -2,17 +2,19 @@
 
 For K slots of width H over T real tokens, one fingerprint per slot: rms, mean, absolute max, the count of
 non-finite values, and a signature (the per-channel mean projected by a seeded Gaussian matrix to SIGNATURE_SIZE
-numbers; two fingerprints of the same layer compare with cosine near 1). The reductions run on the tensor's own
-device and stream into a preallocated buffer, which is copied with non_blocking=True into pinned host memory and
-read once a CUDA event recorded after the copy reports done (query(), never synchronize()): SGLang's overlap
-scheduler reads its results the same way. On the CPU the values are there at once. Nothing here calls .item(),
-.cpu() or .tolist() on a device tensor; only the host buffer is read.
+numbers; two fingerprints of the same layer compare with cosine near 1). The device reduces over the tokens only,
+per channel (sum, absolute max, finite count) and per slot (2-norm): a few kernels whatever K, into one preallocated
+buffer copied with non_blocking=True into pinned host memory. The per-slot figures and the signature are made from
+that host copy in read(), on the flush thread, once a CUDA event recorded after the copy reports done (query(),
+never synchronize()): SGLang's overlap scheduler reads its results the same way. On the CPU the values are there at
+once. Nothing here calls .item(), .cpu() or .tolist() on a device tensor; only the host buffer is read.
 """
 
 import math
 
 SIGNATURE_SIZE = 32
 SIGNATURE_SEED = 20261201  # fixed, so signatures compare across ranks, processes and the offline commands
+HOST_BUFFERS = 8  # samples waiting for the flush thread at most (then skipped): 8 sampling intervals per flush
 
 
 def projection(width: int, device, seed: int = SIGNATURE_SEED):
@@ -25,57 +27,58 @@ def projection(width: int, device, seed: int = SIGNATURE_SEED):
 
 
 class Fingerprinter:
-    """Per (slots, width, device): the projection, one flat device buffer that every reduction writes into (out=, no
-    temporaries to gather, one copy to the host) and two pinned host buffers used in turn. Few device ops: each costs
-    a kernel launch on a GPU and microseconds on a CPU, so the division by the token count is done on the host, in
-    read(). Each slot's numbers come from the same operations in the same order as every other slot's, so two slots
-    holding the same states give bit-identical fingerprints."""
+    """Per (slots, width, device): one flat device buffer of three per-channel rows (sum, absolute max, finite
+    count) and the per-slot 2-norms, that every reduction writes into (out=, no temporaries to gather, one copy to
+    the host), and pinned host buffers used in turn. Few device ops: each costs a kernel launch on a GPU and
+    microseconds on a CPU, so what needs the slots (their totals, the projection) is done on the host. Each slot's
+    numbers come from the same operations in the same order as every other slot's, so two slots holding the same
+    states give bit-identical fingerprints (for widths that are a multiple of 8, as every served model's: a CPU's
+    vector loop sums a column that starts off that grid in another order)."""
 
     def __init__(self, slots: int, width: int, device):
         import torch
 
         self.slots, self.width, self.device = slots, width, device
         self._torch = torch
-        self._projection = projection(width, device)
         self._cuda = device.type == "cuda"
-        self._flat = torch.empty(slots * (4 + SIGNATURE_SIZE), dtype=torch.float32, device=device)
-        # Views of the flat buffer, made once: per slot the 2-norm, the absolute max, the finite count and the sum of
-        # the per-channel sums, then per slot the signature (one fixed output each: a matmul into alternating
-        # outputs costs milliseconds on the CPU).
-        self._views = tuple(self._flat[i * slots:(i + 1) * slots] for i in range(4)) + (
-            self._flat[4 * slots:].view(slots, SIGNATURE_SIZE),)
+        channels = slots * width
+        self._flat = torch.empty(3 * channels + slots, dtype=torch.float32, device=device)
+        self._rows = tuple(self._flat[i * channels:(i + 1) * channels] for i in range(3)) + (self._flat[3 * channels:],)
         self.host_buffers = [torch.empty(self._flat.shape, dtype=torch.float32, pin_memory=self._cuda)
-                             for _ in range(2)]
-        self._channel_sum = torch.empty(slots, width, dtype=torch.float32, device=device)
+                             for _ in range(HOST_BUFFERS)]
+        self._projection = None  # float64 [width, SIGNATURE_SIZE] in host memory, made on the first read (flush thread)
         self._largest = {}  # dtype -> its largest finite value, a 0-dim tensor on the device (made once)
         self._free = list(self.host_buffers)
 
     def queue(self, states):
         """states: [T, slots * width] or [T, slots, width] on the device, real tokens only. Returns a PendingRead,
-        or None when both host buffers still wait to be read (this sample is then skipped)."""
+        or None when every host buffer still waits to be read (this sample is then skipped)."""
         if not self._free:
             return None
         torch = self._torch
-        norm, absmax, finite, sum_of_sums, signature = self._views
+        total, absmax, finite, norm = self._rows
         tokens = states.shape[0]
-        x = states.reshape(tokens, self.slots, self.width)
-        channel_sum = self._channel_sum
-        torch.sum(x, dim=0, dtype=torch.float32, out=channel_sum)
-        torch.linalg.vector_norm(x, 2, dim=(0, 2), dtype=torch.float32, out=norm)
-        magnitude = torch.abs(x)
+        x = states if states.dim() == 2 else states.reshape(tokens, -1)
+        # Per channel, a reduction over dim 0 of the 2-D states is the cheap one; the 2-norm per channel is not (a
+        # slow path on the CPU), so it is taken per slot over (tokens, channels).
         if x.dtype == torch.float32:
-            torch.amax(magnitude, dim=(0, 2), out=absmax)
-        else:
-            absmax.copy_(torch.amax(magnitude, dim=(0, 2)))
+            torch.sum(x, 0, out=total)
+            torch.linalg.vector_norm(x.reshape(tokens, self.slots, self.width), 2, (0, 2), out=norm)
+            magnitude = torch.abs(x)
+            torch.amax(magnitude, 0, out=absmax)
+        else:  # accumulate in float32; the largest magnitude is exact in its own dtype
+            torch.sum(x, 0, dtype=torch.float32, out=total)
+            torch.linalg.vector_norm(x.reshape(tokens, self.slots, self.width), 2, (0, 2), dtype=torch.float32,
+                                     out=norm)
+            magnitude = torch.abs(x)
+            absmax.copy_(torch.amax(magnitude, 0))
         largest = self._largest.get(x.dtype)
         if largest is None:
             largest = self._largest[x.dtype] = torch.tensor(torch.finfo(x.dtype).max, dtype=x.dtype,
                                                             device=x.device)
         # NaN compares false and inf exceeds the dtype's largest value: both fall outside this count (1.0 per finite
         # value, written over the magnitudes, which are read by now).
-        torch.sum(magnitude.le_(largest), dim=(0, 2), dtype=torch.float32, out=finite)
-        torch.sum(channel_sum, dim=1, out=sum_of_sums)
-        torch.matmul(channel_sum, self._projection, out=signature)
+        torch.sum(magnitude.le_(largest), 0, dtype=torch.float32, out=finite)
         host = self._free.pop()
         host.copy_(self._flat, non_blocking=self._cuda)
         event = None
@@ -86,6 +89,18 @@ class Fingerprinter:
 
     def release(self, host):
         self._free.append(host)
+
+    def host_projection(self):
+        """The projection as a float64 numpy array (a host tensor of the probe's own, never on the device)."""
+        if self._projection is None:
+            import torch
+
+            self._projection = projection(self.width, torch.device("cpu")).double()
+        return self._projection.numpy()
+
+    def host_tensors(self):
+        """The only tensors the probe reads values from: its host buffers and its host projection."""
+        return [*self.host_buffers, *([] if self._projection is None else [self._projection])]
 
 
 class PendingRead:
@@ -101,15 +116,22 @@ class PendingRead:
 
     def read(self):
         """[(rms, mean, absmax, nonfinite, signature tuple)] per slot; the host buffer is free again after."""
-        values = self.host.tolist()  # pinned host memory, already written: no device access
-        self.owner.release(self.host)
-        slots, width = self.owner.slots, self.owner.width
+        import numpy
+
+        owner = self.owner
+        slots, width = owner.slots, owner.width
+        # pinned host memory, already written: no device access; float64 copies, then the buffer is free again
+        values = self.host.numpy().astype(numpy.float64)
+        rows, norms = values[:3 * slots * width].reshape(3, slots, width), values[3 * slots * width:]
+        owner.release(self.host)
         tokens = max(self.tokens, 1)
         count = self.tokens * width
-        scale = 1.0 / math.sqrt(max(count, 1))
-        per_token = 1.0 / tokens  # the signature is the projection of the per-channel means: sums / tokens
-        signatures = values[4 * slots:]
-        return [(values[slot] * scale, values[3 * slots + slot] / tokens / width, values[slots + slot],
-                 count - int(values[2 * slots + slot]),
-                 tuple([v * per_token for v in signatures[slot * SIGNATURE_SIZE:(slot + 1) * SIGNATURE_SIZE]]))
-                for slot in range(slots)]
+        per_value = 1.0 / max(count, 1)
+        matrix = owner.host_projection()
+        out = []
+        for slot in range(slots):
+            total, absmax, finite = rows[0, slot], rows[1, slot], rows[2, slot]
+            signature = numpy.dot(total / tokens, matrix)  # the projection of the per-channel means
+            out.append((float(norms[slot]) * math.sqrt(per_value), float(total.sum()) * per_value,
+                        float(absmax.max()), count - int(finite.sum()), tuple(signature.tolist())))
+        return out

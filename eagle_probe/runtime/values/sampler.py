@@ -3,9 +3,11 @@
 Sampling follows wall-clock buckets of EAGLE_PROBE_FINGERPRINT_INTERVAL_S: the first eligible forward in each
 bucket is sampled. Tensor-parallel ranks run the same forwards in lockstep on one clock, so they sample the same
 forward (its `step`, the count of the model's forwards) without any communication, and `summarize` can compare
-their fingerprints step by step. Results are read on a later call once their copy is done.
+their fingerprints step by step. The forward's thread only queues the reductions; the flush thread reads the results
+once their copy is done and hands them to the recorder (on the forward's thread only where no flush thread runs).
 """
 
+import threading
 import time
 from typing import NamedTuple, Optional, Tuple
 
@@ -32,6 +34,8 @@ class FingerprintSampler:
         self.next_due = {}  # role -> wall time when its next bucket begins (wrappers compare it first)
         self._fingerprinters = {}  # (slots, width, device) -> Fingerprinter
         self.pending = []  # [(PendingRead, SampleContext)], oldest first
+        self.inline = True  # read on the forward's thread (until a flush thread runs: Values.flush_thread_started)
+        self._reading = threading.Lock()  # the flush thread and the final flush may read at once
 
     def due(self, role: str) -> Optional[float]:
         """The wall time when this role's next forward should be sampled now, else None."""
@@ -56,9 +60,10 @@ class FingerprintSampler:
     def take_ready(self):
         """[(SampleContext, per-slot values)] whose copies are done, in order; the rest stay pending."""
         done = []
-        while self.pending and self.pending[0][0].ready():
-            pending, context = self.pending.pop(0)
-            done.append((context, pending.read()))
+        with self._reading:
+            while self.pending and self.pending[0][0].ready():
+                pending, context = self.pending.pop(0)
+                done.append((context, pending.read()))
         return done
 
 
@@ -111,7 +116,7 @@ def packed_aux(aux):
 def sample_target_forward(sampler, recorder, static, mode, capturing, forward_batch, result, layers):
     """Read finished fingerprints; on the first eager EXTEND / TARGET_VERIFY forward of a sampling interval, queue
     the reductions of the aux states this target forward returns (as the draft receives them)."""
-    if sampler.pending:
+    if sampler.inline and sampler.pending:
         deliver_ready(sampler, recorder)
     if capturing or not sampled_mode(mode) or type(result) is not tuple or len(result) != 2:
         return
@@ -132,5 +137,5 @@ def sample_target_forward(sampler, recorder, static, mode, capturing, forward_ba
         indices = (None,) * slots
     context = SampleContext(role=static.role, mode=mode.name, step=static.forwards, tokens=tokens,
                             capture_indices=indices, widths=(width,) * slots, num_layers=static.num_layers, wall=wall)
-    if sampler.queue(aux[:tokens], slots, width, context):
+    if sampler.queue(aux[:tokens], slots, width, context) and sampler.inline:
         deliver_ready(sampler, recorder)  # on the CPU the values are there at once; on a GPU, on a later forward
