@@ -11,6 +11,7 @@ post_attention_layernorm}``, ``fc``, ``norm``, ``embed_tokens``, ``lm_head`` (al
 
 from __future__ import annotations
 
+import os
 from typing import Dict, Optional, Sequence
 
 import torch
@@ -60,7 +61,7 @@ def kimi_draft_state(config, num_aux: int, seed: int = 0) -> Dict[str, torch.Ten
         "layers.0.input_layernorm.weight": torch.ones(h),
         "layers.0.hidden_norm.weight": torch.ones(h),
         "layers.0.post_attention_layernorm.weight": torch.ones(h),
-        "fc.weight": rnd(h, num_aux * config.target_hidden_size),
+        "fc.weight": rnd(h, num_aux * (config.target_hidden_size or h)),
         "norm.weight": torch.ones(h),
         "embed_tokens.weight": rnd(config.vocab_size, h),
         "lm_head.weight": rnd(vocab, h),
@@ -78,3 +79,34 @@ def build_kimi_draft(config, state: Dict[str, torch.Tensor]):
     model = Eagle3DeepseekV2ForCausalLM(config, quant_config=None).eval()
     model.load_weights(list(state.items()))
     return model
+
+
+def write_kimi_draft_checkpoint(path, config, state: Dict[str, torch.Tensor]) -> str:
+    """config.json + model.safetensors of a Kimi MLA draft, as ``--speculative-draft-model-path`` takes it."""
+    from safetensors.torch import save_file
+
+    os.makedirs(path, exist_ok=True)
+    config.save_pretrained(path)
+    save_file({k: v.contiguous().to(torch.float32) for k, v in state.items()}, os.path.join(path, "model.safetensors"))
+    return str(path)
+
+
+def build_kimi_case(root, name: str, *, eagle_ids=None, top_level_ids=None, target_layers: int = 8) -> dict:
+    """A served pair under ``root/name``: a tiny random all-dense DeepSeek-V3 target (``target_layers`` MLA layers,
+    hidden 64, vocab 256) and a Kimi MLA draft over the whole vocabulary whose ids sit in ``eagle_config`` and/or at
+    the top level of its config.json. The draft ships the target's embedding (trained with it frozen), so SGLang's
+    swap changes nothing. Returns dict(target, draft, args, target_config, draft_config) like draft_models.build_case.
+    """
+    from sglang_cpu.draft_models import spec_server_args, spec_target_config, write_target_checkpoint
+    from sglang_cpu.tiny_models import random_deepseek_v3
+
+    base = os.path.join(str(root), name)
+    tcfg = spec_target_config(num_hidden_layers=target_layers, first_k_dense_replace=target_layers)
+    target = write_target_checkpoint(os.path.join(base, "target"), tcfg, seed=0)
+    config = kimi_draft_config(eagle_ids=eagle_ids, top_level_ids=top_level_ids,
+                               draft_vocab_size=int(tcfg.vocab_size), vocab_size=int(tcfg.vocab_size))
+    ids = eagle_ids if eagle_ids is not None else top_level_ids
+    state = kimi_draft_state(config, len(ids) if ids is not None else 3)
+    state["embed_tokens.weight"] = random_deepseek_v3(tcfg, 0).model.embed_tokens.weight.detach().clone()
+    draft = write_kimi_draft_checkpoint(os.path.join(base, "draft"), config, state)
+    return dict(target=target, draft=draft, args=spec_server_args(draft), target_config=tcfg, draft_config=config)

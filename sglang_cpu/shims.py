@@ -64,6 +64,15 @@ def _skip_kv_copy_warmup(module):
         pool._init_kv_copy_and_warmup = lambda self, *a, **k: None
 
 
+def no_cuda_synchronize_without_cuda(_module=None):
+    # Kimi's MLA draft (kimi_k25_eagle3 set_embed / set_embed_and_head, 0.5.23) and 0.5.8's Llama set_embed call
+    # torch.cuda.synchronize() unconditionally; with no CUDA device there is nothing to wait for.
+    import torch
+
+    if not torch.cuda.is_available():
+        torch.cuda.synchronize = lambda device=None: None
+
+
 def installed_sglang() -> str:
     try:
         from importlib.metadata import version
@@ -87,3 +96,4 @@ def apply():
     for home in ("sglang.srt.models.deepseek_common.attention_backend_handler", "sglang.srt.models.deepseek_v2"):
         wrapt.register_post_import_hook(_route_torch_native_to_absorbed_mla, home)
     wrapt.register_post_import_hook(_skip_kv_copy_warmup, "sglang.srt.mem_cache.memory_pool")
+    wrapt.register_post_import_hook(no_cuda_synchronize_without_cuda, "sglang.srt.models.kimi_k25_eagle3")

@@ -59,9 +59,11 @@ def make_stream_calls_no_ops_without_cuda():
     # torch.cuda.synchronize() unconditionally; with no CUDA device there is nothing to wait for.
     import torch
 
+    from sglang_cpu.shims import no_cuda_synchronize_without_cuda
+
     if torch.cuda.is_available():
         return
-    torch.cuda.synchronize = lambda device=None: None
+    no_cuda_synchronize_without_cuda()
     # The spec-v2 worker (SGLANG_ENABLE_SPEC_V2) calls tensor.record_stream(current stream) unguarded;
     # a CPU tensor has no caching allocator to tell, and torch rejects torch.cpu.Stream there.
     record_stream = torch.Tensor.record_stream

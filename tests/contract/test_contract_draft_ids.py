@@ -63,3 +63,12 @@ def test_a_loader_that_takes_d2t_by_substring_breaks_its_claim():
     src = _tree("0.5.23", {KIMI_MODULE: ('if name == "d2t" or name.endswith(".d2t"):', 'if "d2t_" in name:')})
     broken = _broken(src)
     assert len(broken) == 1 and "'.d2t'" in next(iter(broken.values()))
+
+
+def test_a_kimi_draft_that_sizes_its_aux_states_otherwise_breaks_its_claim():
+    """The probe's draft forward event takes the Kimi draft's aux width from the same two config fields."""
+    src = _tree("0.5.23", {KIMI_MODULE: ('getattr(config, "target_hidden_size", None) or config.hidden_size',
+                                         "config.hidden_size")})
+    broken = _broken(src)
+    assert len(broken) == 1 and "target_hidden_size" in next(iter(broken))
+    assert "does not compute" in next(iter(broken.values()))

@@ -128,3 +128,33 @@ def test_a_valid_map_is_silent_and_a_misnamed_one_is_missing(tmp_path, target):
     assert model.hot_token_id is None
     assert loaded["d2t_size"] is None and loaded["dropped"] == ["d2t_map"]
     assert "draft_vocab_map_missing" in findings
+
+
+@pytest.mark.parametrize("target_hidden_size,width", [(32, 32), (None, HIDDEN)])
+def test_the_forward_event_names_the_width_of_each_aux_state(tmp_path, sglang_runtime, target_hidden_size, width):
+    """Eagle3MLAModel has no hidden_size_in: the width per aux state is config.target_hidden_size, else hidden_size,
+    as its fc was sized; one draft-extend forward of the real class, fed 3 target states of that width."""
+    from sglang.srt.speculative.eagle_info import EagleDraftExtendInput
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    from sglang_cpu.kimi_draft import build_kimi_draft, kimi_draft_config, kimi_draft_state
+
+    config = kimi_draft_config(eagle_ids=[1, 3, 4], target_hidden_size=target_hidden_size)
+    logs = tmp_path / "logs"
+    eagle_probe.uninstall()
+    assert eagle_probe.install(env={"EAGLE_PROBE_LOG_DIR": str(logs), "EAGLE_PROBE_FLUSH_INTERVAL_S": "0"})
+    try:
+        STATE.recorder._read_ranks = lambda: Ranks(tp_rank=0, tp_size=1, pp_rank=0)
+        model = build_kimi_draft(config, kimi_draft_state(config, 3))
+        runner = sglang_runtime.TinyBatchRunner(model)  # an MLA KV pool, as the draft's config is MLA
+        aux = torch.randn(3, 3 * width, generator=torch.Generator().manual_seed(0))
+        spec_info = EagleDraftExtendInput(hidden_states=aux, num_tokens_per_req=1, num_tokens_for_logprob_per_req=1)
+        runner.extend([[5, 6, 7]], spec_info=spec_info, spec_algorithm=SpeculativeAlgorithm.EAGLE3)
+    finally:
+        eagle_probe.uninstall()
+    events = read_events([str(logs)])
+    [forward] = [e for e in events if e["event"] == "eagle_probe.draft.forward"]
+    assert model.model.fc.input_size == 3 * width  # SGLang sized fc for 3 states of this width
+    assert forward["model_class"] == "Eagle3MLAModel" and forward["fc_ran"]
+    assert forward["target_hidden_size"] == width and forward["aux_width"] == forward["fc_in"] == 3 * width
+    assert not [e for e in events if e["event"] == "eagle_probe.internal_error"]

@@ -1,7 +1,8 @@
 """Claims about where each side reads eagle_aux_hidden_state_layer_ids, and how the drafts' loaders name the
 checkpoint (the facts of analysis.draft_ids and analysis.draft_weights), per release: the target only
 subscripts eagle_config; LlamaForCausalLMEagle3 never reads the top-level ids; Kimi-K2.5's MLA draft
-(kimi_k25_eagle3, 0.5.12+) reads eagle_config's, then the top-level ones, else 3, and sizes its fc by that count;
+(kimi_k25_eagle3, 0.5.12+) reads eagle_config's, then the top-level ones, else 3, and sizes its fc by that count
+times config.target_hidden_size, else hidden_size;
 its load_weights takes d2t by exact name and renames/fuses the names analysis.draft_weights' "kimi" naming says."""
 
 from __future__ import annotations
@@ -61,6 +62,15 @@ def _kimi_count_test(node) -> str | None:
     return None
 
 
+KIMI_TARGET_WIDTH = "getattr(config, 'target_hidden_size', None) or config.hidden_size"
+
+
+def _kimi_target_width_test(node) -> str | None:
+    # the probe's draft forward event reads the same two config fields (Eagle3MLAModel has no hidden_size_in)
+    found = any(isinstance(n, ast.BoolOp) and ast.unparse(n) == KIMI_TARGET_WIDTH for n in ast.walk(node))
+    return None if found else f"does not compute {KIMI_TARGET_WIDTH}"
+
+
 def _kimi_loader_test(node) -> str | None:
     missing = [s for s in KIMI_LOADER_NAMES if s not in _strings(node)]
     return None if not missing else f"does not use {missing}"
@@ -85,7 +95,9 @@ def draft_id_claims(kimi_present: bool) -> List[Claim]:
                    "else 3", _kimi_count_test),
         body_check(KIMI_MODULE, "Eagle3MLAModel.__init__", "sizes fc by _get_eagle_aux_layer_count(config)",
                    calls_name("_get_eagle_aux_layer_count")),
-        sets_attributes(KIMI_MODULE, "Eagle3MLAModel", ("fc", "embed_tokens")),
+        body_check(KIMI_MODULE, "Eagle3MLAModel.__init__", f"takes the aux width as {KIMI_TARGET_WIDTH}",
+                   _kimi_target_width_test),
+        sets_attributes(KIMI_MODULE, "Eagle3MLAModel", ("fc", "embed_tokens", "config")),
         sets_attributes(KIMI_MODULE, "Eagle3DeepseekV2ForCausalLM", ("model", "config", "load_lm_head_from_target")),
         body_check(KIMI_MODULE, "Eagle3DeepseekV2ForCausalLM.load_weights", "takes d2t as 'd2t'/'*.d2t', skips "
                    "t2d, maps layers.0. to midlayer. under model., fuses gate/up and q_a/kv_a", _kimi_loader_test),

@@ -32,9 +32,15 @@ class _DraftStatic:
         self.fc_in = _width(fc, "in_features", "input_size") if fc is not None else None
         self.embed_width = _width(getattr(instance, "embed_tokens", None), "embedding_dim")
         self.num_aux = _width(instance, "num_aux_hidden_states")
-        self.target_hidden_size = _width(instance, "hidden_size_in")
+        self.target_hidden_size = _width(instance, "hidden_size_in") or _config_target_width(instance)
         self.last = {}  # forward mode -> (signature, count key)
         self.forwards = 0  # target-fed forwards so far: the `step` of a fingerprint
+
+
+def _config_target_width(instance):
+    # Kimi's Eagle3MLAModel keeps no hidden_size_in: it sizes fc from config.target_hidden_size, else hidden_size.
+    config = getattr(instance, "config", None)
+    return _width(config, "target_hidden_size") or _width(config, "hidden_size")
 
 
 _statics = {}  # id(module) -> _DraftStatic (its weak reference tells a reused id apart)
