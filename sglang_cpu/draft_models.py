@@ -155,7 +155,9 @@ def write_eagle3_draft_checkpoint(
         sd.update(state)
     with open(os.path.join(path, "config.json"), "w") as f:
         json.dump(config, f, indent=2)
-    save_file({k: v.contiguous().to(torch.float32) for k, v in sd.items()}, os.path.join(path, "model.safetensors"))
+    # weights in float32; integer tensors (a d2t map) keep their dtype, as SpecForge writes them
+    save_file({k: v.contiguous().to(torch.float32) if v.is_floating_point() else v.contiguous() for k, v in sd.items()},
+              os.path.join(path, "model.safetensors"))
     return str(path)
 
 
@@ -204,25 +206,41 @@ def _map_head(emb, mapping: Callable[[int], int], eps) -> torch.Tensor:
     return head
 
 
-def _check_map(emb, head, mapping, eps, min_margin=4.0):
+def _check_map(emb, head, mapping, eps, min_margin=4.0, hot=None):
+    """Every token x whose mapping(x) has a head row gets that row as its clear top logit. hot: the target id of each
+    row of a compact head (default: row j is target id j, every x checked)."""
     logits = _rms(emb.float(), eps) @ head.float().T
     top2 = logits.topk(2, dim=-1)
-    want = torch.tensor([mapping(x) for x in range(emb.shape[0])])
-    assert torch.equal(top2.indices[:, 0], want), "map head does not realise the map"
-    margin = (top2.values[:, 0] - top2.values[:, 1]).min().item()
+    row = {t: j for j, t in enumerate(range(head.shape[0]) if hot is None else hot)}
+    xs = [x for x in range(emb.shape[0]) if mapping(x) in row]
+    want = torch.tensor([row[mapping(x)] for x in xs])
+    assert xs and torch.equal(top2.indices[xs, 0], want), "map head does not realise the map"
+    margin = (top2.values[xs, 0] - top2.values[xs, 1]).min().item()
     assert margin > min_margin, f"map head margin too small: {margin}"
 
 
-def write_map_draft_checkpoint(path, target_config, target_embedding, draft_map, layer_ids=DEFAULT_LAYER_IDS):
-    """A draft whose every proposal is ``draft_map(x)``, x = token of the target aux it was fed."""
+def write_map_draft_checkpoint(path, target_config, target_embedding, draft_map, layer_ids=DEFAULT_LAYER_IDS,
+                               hot=None):
+    """A draft whose every proposal is ``draft_map(x)``, x = token of the target aux it was fed.
+
+    hot: a compact draft (SpecForge's form for large vocabularies): its vocabulary is these target ids
+    (``draft_vocab_size`` len(hot), lm_head rows in this order, a valid ``d2t`` mapping draft id i to hot[i]); it
+    proposes draft_map(x) where that is one of them, else some id of them (never draft_map(x))."""
     h = int(target_config.hidden_size)
-    cfg = eagle3_draft_config(target_config, layer_ids=layer_ids, draft_vocab_size=int(target_config.vocab_size))
+    vocab = int(target_config.vocab_size) if hot is None else len(hot)
+    cfg = eagle3_draft_config(target_config, layer_ids=layer_ids, draft_vocab_size=vocab)
     k = len(layer_ids) if layer_ids else 3
     fc = torch.zeros(h, h * k)
     fc[:, :h] = torch.eye(h)  # first aux chunk (= E[x]) passes through
     head = _map_head(target_embedding, draft_map, cfg["rms_norm_eps"])
-    _check_map(target_embedding, head, draft_map, cfg["rms_norm_eps"])
+    extra = {}
+    if hot is not None:
+        ids = torch.tensor(hot, dtype=torch.long)
+        head = head[ids].contiguous()
+        extra["d2t"] = ids - torch.arange(len(hot), dtype=torch.long)  # draft id i -> target id i + d2t[i]
+    _check_map(target_embedding, head, draft_map, cfg["rms_norm_eps"], hot=hot)
     state = {
+        **extra,
         "fc.weight": fc,
         "midlayer.self_attn.o_proj.weight": torch.zeros(h, h),
         "midlayer.mlp.down_proj.weight": torch.zeros(h, cfg["intermediate_size"]),
@@ -308,12 +326,34 @@ VOCAB_PROMPTS = {
 }
 
 
+# "vocab_domain": a compact draft over the target ids of another domain than the served traffic's. Its vocabulary (a
+# valid d2t) is the upper half of the map target's ids; it proposes T(T(x)) (right at position 1 wherever that is in
+# its vocabulary). Prompts of the same shape (4 tokens, 61 new, never reaching the fixed point 200) in its domain
+# (every step accepts position 1: 30 steps of 2 tokens) and outside it (below 128: every step commits 1 token).
+DOMAIN_HOT = tuple(range(VOCAB // 2, VOCAB))
+DOMAIN_PROMPTS = {
+    "in": {f"in-{p}": (list(range(p - 3, p + 1)), 61) for p in (130, 132, 134, 136)},
+    "out": {f"out-{p}": (list(range(p - 3, p + 1)), 61) for p in (20, 35, 50, 65)},
+}
+
+
+def domain_draft(x: int) -> int:
+    return map_target(map_target(x))
+
+
+def domain_proposal(x: int) -> int:
+    """What the "vocab_domain" draft proposes for simulate_chain: T(T(x)) inside its vocabulary; outside it some id of
+    its vocabulary, which is never the target's next token there (T(T(x)) is not in it): -1."""
+    d = domain_draft(x)
+    return d if d >= DOMAIN_HOT[0] else -1
+
+
 def build_case(root, name: str, *, num_steps: int = 2) -> dict:
     """Write the checkpoints of one case under ``root/name``; returns
     dict(target=path, draft=path, expected=..., args=[extra server args]).
 
-    Cases: "random", "zero_head", "map", "vocab_missing" (draft over 128 of 256 ids, no d2t), "fc_width" (num_aux 4
-    vs 3 captured), "eagle_algo"
+    Cases: "random", "zero_head", "map", "vocab_missing" (draft over 128 of 256 ids, no d2t), "vocab_domain" (a
+    compact map draft over target ids 128..255 through a valid d2t), "fc_width" (num_aux 4 vs 3 captured), "eagle_algo"
     (an EAGLE-3 draft under --speculative-algorithm EAGLE, whose checkpoint also holds an fc_norm weight
     that its config does not enable)."""
     base = os.path.join(str(root), name)
@@ -344,6 +384,12 @@ def build_case(root, name: str, *, num_steps: int = 2) -> dict:
         write_eagle3_draft_checkpoint(dpath, eagle3_draft_config(tcfg, draft_vocab_size=VOCAB_MISSING_DRAFT_VOCAB),
                                       seed=0, zero_lm_head=True)
         expected = dict(prompts=dict(VOCAB_PROMPTS), T=map_target, D=lambda x: 0)
+    elif name == "vocab_domain":
+        write_target_checkpoint(tpath, tcfg, seed=0, next_token_map=map_target)
+        emb = random_deepseek_v3(tcfg, 0).model.embed_tokens.weight.detach()
+        write_map_draft_checkpoint(dpath, tcfg, emb, domain_draft, hot=DOMAIN_HOT)
+        prompts = {**DOMAIN_PROMPTS["in"], **DOMAIN_PROMPTS["out"]}
+        expected = dict(prompts=prompts, T=map_target, D=domain_proposal, hot=DOMAIN_HOT)
     elif name == "fc_width":
         write_target_checkpoint(tpath, tcfg, seed=0)
         write_eagle3_draft_checkpoint(dpath, eagle3_draft_config(tcfg, num_aux=4), seed=0)

@@ -25,12 +25,13 @@ import os
 
 import wrapt
 
+from sglang_cpu.forward_wrap import wrap_deepseek_forward
+
 ENV_FLAG = "SGLANG_CPU_TP"
 PERTURB_ENV = "SGLANG_CPU_PERTURB_AUX"
 THREADS_BIND_ENV = "SGLANG_CPU_OMP_THREADS_BIND"
 
 _applied = False
-_perturbation_applied = False
 
 
 def enabled() -> bool:
@@ -107,20 +108,8 @@ def perturbation_wrapper(rank: int, slot: int, scale: float, current_rank=_curre
     return forward
 
 
-def _patch_deepseek_forward(module, spec):
-    cls = module.DeepseekV2Model
-    if not getattr(cls, "_sglang_cpu_aux_perturbed", False):
-        wrapt.wrap_function_wrapper(cls, "forward", perturbation_wrapper(*spec))
-        cls._sglang_cpu_aux_perturbed = True
-
-
 def apply_perturbation(spec: str | None = None) -> None:
     """Install the aux perturbation hook when ``spec`` (default: $SGLANG_CPU_PERTURB_AUX) is set (idempotent)."""
-    global _perturbation_applied
     spec = os.environ.get(PERTURB_ENV, "") if spec is None else spec
-    if _perturbation_applied or not spec:
-        return
-    _perturbation_applied = True
-    parsed = parse_perturbation(spec)
-    wrapt.register_post_import_hook(lambda module: _patch_deepseek_forward(module, parsed),
-                                    "sglang.srt.models.deepseek_v2")
+    if spec:
+        wrap_deepseek_forward("_sglang_cpu_aux_perturbed", perturbation_wrapper(*parse_perturbation(spec)))

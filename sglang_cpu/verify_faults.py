@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import os
 
-import wrapt
+from sglang_cpu.forward_wrap import wrap_deepseek_forward
 
 ENV = "SGLANG_CPU_SHIFT_VERIFY_AUX"
-_applied = False
 
 
 def shift_rows(aux):
@@ -41,18 +40,8 @@ def _wrapper(flag: str):
     return forward
 
 
-def _patch(module, flag):
-    cls = module.DeepseekV2Model
-    if not getattr(cls, "_sglang_cpu_verify_shifted", False):
-        wrapt.wrap_function_wrapper(cls, "forward", _wrapper(flag))
-        cls._sglang_cpu_verify_shifted = True
-
-
 def apply(flag: str | None = None) -> None:
     """Install the hook when ``flag`` (default: $SGLANG_CPU_SHIFT_VERIFY_AUX) is set (idempotent)."""
-    global _applied
     flag = os.environ.get(ENV, "") if flag is None else flag
-    if _applied or not flag:
-        return
-    _applied = True
-    wrapt.register_post_import_hook(lambda module: _patch(module, flag), "sglang.srt.models.deepseek_v2")
+    if flag:
+        wrap_deepseek_forward("_sglang_cpu_verify_shifted", _wrapper(flag))

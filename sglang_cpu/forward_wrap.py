@@ -1,0 +1,30 @@
+"""Test-only (never part of the probe): the one way the served-model faults wrap SGLang's ``DeepseekV2Model.forward``.
+
+``sglang_cpu.verify_faults`` (verify aux rows shifted) and ``sglang_cpu.tp_shims`` (one rank's aux slot scaled) each
+install a wrapt wrapper from ``sglang_cpu/site/sitecustomize.py``, before SGLang imports the model module and before
+the probe installs, so the probe's own wrapper sits outside theirs and sees the faulty values.
+"""
+
+from __future__ import annotations
+
+import wrapt
+
+DEEPSEEK_MODULE = "sglang.srt.models.deepseek_v2"
+
+_registered = set()  # markers whose hook is registered in this process
+
+
+def _patch(module, marker: str, wrapper) -> None:
+    cls = module.DeepseekV2Model
+    if not getattr(cls, marker, False):  # the class attribute: wrapped once even if the hook runs again
+        wrapt.wrap_function_wrapper(cls, "forward", wrapper)
+        setattr(cls, marker, True)
+
+
+def wrap_deepseek_forward(marker: str, wrapper) -> None:
+    """Wrap ``DeepseekV2Model.forward`` with the wrapt wrapper ``wrapper`` once the model module is imported (at once
+    if it already is). Idempotent per ``marker``: a second call with the same marker does nothing."""
+    if marker in _registered:
+        return
+    _registered.add(marker)
+    wrapt.register_post_import_hook(lambda module: _patch(module, marker, wrapper), DEEPSEEK_MODULE)
