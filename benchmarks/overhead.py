@@ -163,7 +163,8 @@ def probe_work(inner, batch, result, n):
 def in_situ(runner, batch, rounds, block):
     """The probe's before/after steps timed inside real forwards (the wrapper looks them up at call time), and at
     the same two spots the reference call and an empty call: `rounds` rounds, each one block of `block` forwards per
-    variant in turn (after two settling forwards), so machine drift hits all three alike. Per variant the best (lowest)
+    variant in turn, in an order that turns each round (after two settling forwards), so machine drift and the
+    position in a round hit all three alike. Per variant the best (lowest)
     block median, as timeit's best of repeats for the reference: higher blocks are other processes' interference
     (up to 2x between runs on a shared 2-core VM), not the probe's cost. The empty call is timed at the same cold
     spots, so its cost (the timer's own) is subtracted like for like. Returns (probe, reference, empty, probe's median
@@ -205,8 +206,14 @@ def in_situ(runner, batch, rounds, block):
                 "empty": (lambda *args: None, lambda *args: None)}
     medians = {name: [] for name in variants}
     samples = {name: [] for name in variants}
-    for _ in range(rounds):
-        for name, (step_before, step_after) in variants.items():
+    names = list(variants)
+    for round_index in range(rounds):
+        # The order turns each round, so every variant runs as often first, second and third: the first block of a
+        # round ran measurably slower (the same steps in two variants measured 14.8 and 10.3 us when one always ran
+        # first), a bias against whichever variant always leads.
+        turn = round_index % len(names)
+        for name in names[turn:] + names[:turn]:
+            step_before, step_after = variants[name]
             timed(step_before, step_after, 2)  # settle: the first forward after a switch runs the new steps cold
             spent = timed(step_before, step_after, block)
             medians[name].append(statistics.median(spent))

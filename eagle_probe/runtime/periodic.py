@@ -50,6 +50,7 @@ class Periodic:
             if now < self.next_tick:
                 return
             self.next_tick = now + self.interval
+            self.drain()
             self.flush_metrics()
             for part in self.parts:
                 part.tick(now)

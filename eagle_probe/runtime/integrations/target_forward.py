@@ -23,7 +23,7 @@ class _ModelStatic:
     attribute read per forward); a copy or pickle of the module carries None instead, so it reads its own."""
 
     __slots__ = ("model_class", "role", "num_layers", "start_layer", "end_layer", "first_k_dense_replace",
-                 "splits", "last", "forwards", "capturing", "flags", "sampled", "tensor")
+                 "splits", "last", "forwards", "capturing", "flags", "periodic", "tensor")
 
     def __init__(self, instance):
         self.model_class = type(instance).__name__
@@ -38,11 +38,11 @@ class _ModelStatic:
         row = INNER_ROWS.get(type(instance))
         self.splits = {tbo: _split(row, self.start_layer, self.end_layer, self.first_k_dense_replace, tbo)
                        for tbo in (False, True)}
-        self.last = {}  # forward mode -> (signature, count key, lost slots)
+        self.last = {}  # forward mode -> (signature, its count cell, lost slots, due cell or None, count key)
         self.forwards = 0  # this model's forwards so far: the `step` of a fingerprint
         self.capturing = graph_capture.reader()
         self.flags = graph_capture.flag_dicts()  # SGLang's capture flags read directly where that is proven
-        self.sampled = None  # the ForwardMode members whose aux states are fingerprinted (read at the first forward)
+        self.periodic = STATE.recorder.periodic  # its hot-path tick check (statics are dropped at uninstall)
         import torch  # imported by SGLang long before its first forward
 
         self.tensor = torch.Tensor
@@ -125,48 +125,51 @@ def _result_key(result):
 def _after_forward(facts, result, error):
     static, forward_batch, input_ids, layers, can_run_tbo, capturing = facts
     mode = forward_batch.forward_mode
-    recorder = STATE.recorder
     static.forwards += 1
+    signature = None
     if error is None:
-        sampler = recorder.fingerprints
-        if sampler is not None and ((sampler.inline and sampler.pending) or (
-                not capturing and mode in (static.sampled or _learn_sampled(static, mode))
-                and _wall() >= sampler.next_due.get(static.role, 0.0))):
-            try:
-                sample_target_forward(sampler, recorder, static, mode, capturing, forward_batch, result, layers)
-            except Exception as exc:
-                STATE.report_error("target.fingerprint", exc)
-        if not recorder.log_every_forward:
-            aux = result[1] if type(result) is tuple and len(result) == 2 else None
-            # The packed aux width alone (a list: its length and last width): the hidden width and dtype are the
-            # model's and do not change. No helper call on either format (Llama, Qwen, ... return a list).
-            if type(aux) is static.tensor:
-                shapes = aux.shape[-1]  # cheaper than size(-1), which parses its arguments
-            elif isinstance(aux, list) and aux:
-                shapes = (len(aux), aux[-1].shape[-1])
-            else:
-                shapes = _result_key(result)
-            signature = (layers, can_run_tbo, capturing, shapes)
-            last = static.last.get(mode)
-            if last is not None and last[0] == signature:
-                forwards = recorder.counts.forwards
-                key = last[1]
-                forwards[key] = forwards.get(key, 0) + 1
-                if last[2]:
-                    recorder.counts.count_lost(key, last[2])
-                periodic = recorder.periodic
-                if periodic.hot_ticks and periodic.clock() >= periodic.next_tick:
-                    periodic.tick()
-                return
+        aux = result[1] if type(result) is tuple and len(result) == 2 else None
+        # The packed aux width alone (a list: its length and last width): the hidden width and dtype are the
+        # model's and do not change. No helper call on either format (Llama, Qwen, ... return a list).
+        if type(aux) is static.tensor:
+            shapes = aux.shape[-1]  # cheaper than size(-1), which parses its arguments
+        elif isinstance(aux, list) and aux:
+            shapes = (len(aux), aux[-1].shape[-1])
+        else:
+            shapes = _result_key(result)
+        signature = (layers, can_run_tbo, capturing, shapes)
+        last = static.last.get(mode)  # none under log_every_forward: every forward is then observed
+        if last is not None and last[0] == signature:
+            # Seen just before: counted in its cell; sampled when its mode is and its role's bucket has begun.
+            last[1][0] += 1
+            due = last[3]
+            if due is not None and _wall() >= due[0]:
+                _sample(static, mode, capturing, forward_batch, result, layers)
+            if last[2]:
+                STATE.recorder.counts.count_lost(last[4], last[2])
+            periodic = static.periodic
+            if periodic.hot_ticks and periodic.clock() >= periodic.next_tick:
+                periodic.tick()
+            return
+    recorder = STATE.recorder
+    sampler = recorder.fingerprints
+    sampled = sampler is not None and not capturing and mode in sampled_members(type(mode))
+    if error is None and sampled and _wall() >= sampler.due_cell(static.role)[0]:
+        _sample(static, mode, capturing, forward_batch, result, layers)
     obs = _observation(static, mode.name, layers, can_run_tbo, capturing, input_ids, result, error)
     recorder.target_forward(obs)
     if error is None and not recorder.log_every_forward:
-        static.last[mode] = (signature, forward_count_key(obs), len(obs.lost))
+        key = forward_count_key(obs)
+        static.last[mode] = (signature, recorder.counts.cell(key), len(obs.lost),
+                             sampler.due_cell(static.role) if sampled else None, key)
 
 
-def _learn_sampled(static, mode):
-    static.sampled = sampled_members(type(mode))
-    return static.sampled
+def _sample(static, mode, capturing, forward_batch, result, layers):
+    try:
+        sample_target_forward(STATE.recorder.fingerprints, STATE.recorder, static, mode, capturing, forward_batch,
+                              result, layers)
+    except Exception as exc:
+        STATE.report_error("target.fingerprint", exc)
 
 
 def _observation(static, mode, layers, can_run_tbo, capturing, input_ids, result, error) -> TargetForward:

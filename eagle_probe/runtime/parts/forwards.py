@@ -24,7 +24,7 @@ class Forwards(Part):
 
     def __init__(self, recorder):
         super().__init__(recorder)
-        self.forwards = {}  # (role, mode, path, tbo) -> target forwards, cumulative
+        self._cells = {}  # (role, mode, path, tbo) -> [target forwards, cumulative] (the hot path keeps the cell)
         self.lost = {}  # (role, mode) -> capture slots lost to TBO
         self.drafts = {}  # (mode, path, fc) -> draft forwards
         self._flushed = ({}, {}, {})
@@ -32,8 +32,8 @@ class Forwards(Part):
         clock = periodic.clock
 
         # The hot path: a forward whose signature the wrapper has just seen is only counted here.
-        def forward_repeated(count_key: tuple, lost: int, forwards=self.forwards):
-            forwards[count_key] = forwards.get(count_key, 0) + 1
+        def forward_repeated(count_key: tuple, lost: int):
+            self.cell(count_key)[0] += 1
             if lost:
                 self.count_lost(count_key, lost)
             if periodic.hot_ticks and clock() >= periodic.next_tick:
@@ -49,13 +49,25 @@ class Forwards(Part):
     def exports(self) -> dict:
         return {"forward_repeated": self.forward_repeated, "draft_repeated": self.draft_repeated, "counts": self}
 
+    @property
+    def forwards(self) -> dict:
+        """(role, mode, path, tbo) -> target forwards so far."""
+        return {key: cell[0] for key, cell in list(self._cells.items())}
+
+    def cell(self, count_key: tuple) -> list:
+        """The one-element list counting the target forwards of these labels."""
+        cell = self._cells.get(count_key)
+        if cell is None:
+            cell = self._cells.setdefault(count_key, [0])
+        return cell
+
     def count_lost(self, count_key: tuple, lost: int):
         key = count_key[:2]
         self.lost[key] = self.lost.get(key, 0) + lost
 
     def target_forward(self, obs):
         count_key = forward_count_key(obs)
-        self.forwards[count_key] = self.forwards.get(count_key, 0) + 1
+        self.cell(count_key)[0] += 1
         if obs.lost:
             self.count_lost(count_key, len(obs.lost))
 
@@ -65,7 +77,7 @@ class Forwards(Part):
 
     def flush(self, metrics):
         """A part the sink refused stays unflushed and is sent again at the next flush."""
-        now = (dict(self.forwards), dict(self.lost), dict(self.drafts))
+        now = (self.forwards, dict(self.lost), dict(self.drafts))
         sent = tuple(now[i] if self.out.metric(method, _added(now[i], self._flushed[i])) else self._flushed[i]
                      for i, method in enumerate(("add_forwards", "add_lost", "add_draft_forwards")))
         self._flushed = sent
@@ -73,7 +85,7 @@ class Forwards(Part):
     def tick(self, now: float, final: bool = False):
         if final and not self.forwards:
             return
-        forwards = self.forwards.copy()
+        forwards = self.forwards
         out = self.out
         out.emit("info", SUMMARY,
                  forwards=[{"role": r, "mode": m, "path": p, "tbo": t == "true", "count": c}

@@ -31,7 +31,7 @@ class FingerprintSampler:
     def __init__(self, interval_s: float, clock=time.time):
         self.interval = interval_s
         self._clock = clock
-        self.next_due = {}  # role -> wall time when its next bucket begins (wrappers compare it first)
+        self.next_due = {}  # role -> [wall time when its next bucket begins] (wrappers keep the cell, compare it first)
         self._fingerprinters = {}  # (slots, width, device) -> Fingerprinter
         self.pending = []  # [(PendingRead, SampleContext)], oldest first
         self.inline = True  # read on the forward's thread (until a flush thread runs: Values.flush_thread_started)
@@ -40,10 +40,18 @@ class FingerprintSampler:
     def due(self, role: str) -> Optional[float]:
         """The wall time when this role's next forward should be sampled now, else None."""
         now = self._clock()
-        if now < self.next_due.get(role, 0.0):  # the hot path: one clock read, one comparison
+        cell = self.due_cell(role)
+        if now < cell[0]:  # the hot path: one clock read, one comparison
             return None
-        self.next_due[role] = (now // self.interval + 1) * self.interval  # the start of the next bucket
+        cell[0] = (now // self.interval + 1) * self.interval  # the start of the next bucket
         return now
+
+    def due_cell(self, role: str) -> list:
+        """The one-element list holding the role's next due time (a wrapper keeps it for its per-forward check)."""
+        cell = self.next_due.get(role)
+        if cell is None:
+            cell = self.next_due[role] = [0.0]
+        return cell
 
     def queue(self, states, slots: int, width: int, context: SampleContext) -> bool:
         """Queue the reductions of states [T, slots * width] (real tokens only) on their device."""
