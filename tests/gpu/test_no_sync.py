@@ -18,7 +18,7 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUD
 
 def wait_ready(pending, timeout_s=10.0):
     deadline = time.monotonic() + timeout_s
-    while not pending.ready():  # query(), polled: what the probe does on later forwards
+    while not pending.ready():  # query(), polled: what the flush thread does
         assert time.monotonic() < deadline
         time.sleep(0.001)
 
