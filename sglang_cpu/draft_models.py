@@ -170,11 +170,14 @@ def spec_target_config(**overrides):
     return deepseek_v3_config(**kw)
 
 
-def write_target_checkpoint(path, config, seed=0, zero_lm_head=False, next_token_map=None) -> str:
-    """A tiny DeepSeek-V3 checkpoint: random, with zero lm_head, or a "map" target (see module doc)."""
+def write_target_checkpoint(path, config, seed=0, zero_lm_head=False, next_token_map=None, embedding=None) -> str:
+    """A tiny DeepSeek-V3 checkpoint: random, with zero lm_head, or a "map" target (see module doc); `embedding`
+    replaces the random token embedding."""
     os.makedirs(path, exist_ok=True)
     model = random_deepseek_v3(config, seed)
     with torch.no_grad():
+        if embedding is not None:
+            model.model.embed_tokens.weight.copy_(embedding)
         if zero_lm_head:
             model.lm_head.weight.zero_()
         if next_token_map is not None:
@@ -213,10 +216,13 @@ def _check_map(emb, head, mapping, eps, min_margin=4.0):
     assert margin > min_margin, f"map head margin too small: {margin}"
 
 
-def write_map_draft_checkpoint(path, target_config, target_embedding, draft_map, layer_ids=DEFAULT_LAYER_IDS):
-    """A draft whose every proposal is ``draft_map(x)``, x = token of the target aux it was fed."""
+def write_map_draft_checkpoint(path, target_config, target_embedding, draft_map, layer_ids=DEFAULT_LAYER_IDS,
+                               attention=None, **config_overrides):
+    """A draft whose every proposal is ``draft_map(x)``, x = token of the target aux it was fed. `attention`: the
+    attention weights to ship instead of a zero o_proj (position_draft's); `config_overrides` go to its config."""
     h = int(target_config.hidden_size)
-    cfg = eagle3_draft_config(target_config, layer_ids=layer_ids, draft_vocab_size=int(target_config.vocab_size))
+    cfg = eagle3_draft_config(target_config, layer_ids=layer_ids, draft_vocab_size=int(target_config.vocab_size),
+                              **config_overrides)
     k = len(layer_ids) if layer_ids else 3
     fc = torch.zeros(h, h * k)
     fc[:, :h] = torch.eye(h)  # first aux chunk (= E[x]) passes through
@@ -230,6 +236,7 @@ def write_map_draft_checkpoint(path, target_config, target_embedding, draft_map,
         # SGLang replaces it with the target's anyway; ship the same one.
         "embed_tokens.weight": target_embedding.clone(),
     }
+    state.update(attention or {})
     return write_eagle3_draft_checkpoint(path, cfg, seed=1, state=state)
 
 
@@ -312,7 +319,8 @@ def build_case(root, name: str, *, num_steps: int = 2) -> dict:
     """Write the checkpoints of one case under ``root/name``; returns
     dict(target=path, draft=path, expected=..., args=[extra server args]).
 
-    Cases: "random", "zero_head", "map", "vocab_missing" (draft over 128 of 256 ids, no d2t), "fc_width" (num_aux 4
+    Cases: "random", "zero_head", "map", "vocab_missing" (draft over 128 of 256 ids, no d2t), "rope" and
+    "rope_built" (sglang_cpu.position_draft: rope_theta 10000 / 1e6 in config.json), "fc_width" (num_aux 4
     vs 3 captured), "eagle_algo"
     (an EAGLE-3 draft under --speculative-algorithm EAGLE, whose checkpoint also holds an fc_norm weight
     that its config does not enable)."""
@@ -344,6 +352,18 @@ def build_case(root, name: str, *, num_steps: int = 2) -> dict:
         write_eagle3_draft_checkpoint(dpath, eagle3_draft_config(tcfg, draft_vocab_size=VOCAB_MISSING_DRAFT_VOCAB),
                                       seed=0, zero_lm_head=True)
         expected = dict(prompts=dict(VOCAB_PROMPTS), T=map_target, D=lambda x: 0)
+    elif name in ("rope", "rope_built"):
+        # position_draft: a draft built for rope_theta 1e6 whose attention rests on a sink token; "rope" ships it
+        # with config.json's rope_theta 10000 (acceptance falls with position), "rope_built" with 1e6.
+        from sglang_cpu import position_draft as P
+
+        emb = P.marked_embedding(random_deepseek_v3(tcfg, 0).model.embed_tokens.weight)
+        write_target_checkpoint(tpath, tcfg, seed=0, next_token_map=P.rope_target, embedding=emb)
+        theta = P.DEFAULT_ROPE_THETA if name == "rope" else P.BUILT_ROPE_THETA
+        attention = P.attention_state(emb, float(tcfg.rms_norm_eps))
+        write_map_draft_checkpoint(dpath, tcfg, emb, P.rope_draft, attention=attention, rope_theta=theta,
+                                   num_attention_heads=P.HEADS)
+        expected = dict(prompts=dict(P.ROPE_PROMPTS), T=P.rope_target, D=P.rope_draft, rope_theta=theta)
     elif name == "fc_width":
         write_target_checkpoint(tpath, tcfg, seed=0)
         write_eagle3_draft_checkpoint(dpath, eagle3_draft_config(tcfg, num_aux=4), seed=0)
