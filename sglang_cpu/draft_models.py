@@ -172,11 +172,14 @@ def spec_target_config(**overrides):
     return deepseek_v3_config(**kw)
 
 
-def write_target_checkpoint(path, config, seed=0, zero_lm_head=False, next_token_map=None) -> str:
-    """A tiny DeepSeek-V3 checkpoint: random, with zero lm_head, or a "map" target (see module doc)."""
+def write_target_checkpoint(path, config, seed=0, zero_lm_head=False, next_token_map=None, embedding=None) -> str:
+    """A tiny DeepSeek-V3 checkpoint: random, with zero lm_head, or a "map" target (see module doc); `embedding`
+    replaces the random token embedding."""
     os.makedirs(path, exist_ok=True)
     model = random_deepseek_v3(config, seed)
     with torch.no_grad():
+        if embedding is not None:
+            model.model.embed_tokens.weight.copy_(embedding)
         if zero_lm_head:
             model.lm_head.weight.zero_()
         if next_token_map is not None:
@@ -220,15 +223,16 @@ def _check_map(emb, head, mapping, eps, min_margin=4.0, hot=None):
 
 
 def write_map_draft_checkpoint(path, target_config, target_embedding, draft_map, layer_ids=DEFAULT_LAYER_IDS,
-                               hot=None):
+                               hot=None, attention=None, **config_overrides):
     """A draft whose every proposal is ``draft_map(x)``, x = token of the target aux it was fed.
 
     hot: a compact draft (SpecForge's form for large vocabularies): its vocabulary is these target ids
     (``draft_vocab_size`` len(hot), lm_head rows in this order, a valid ``d2t`` mapping draft id i to hot[i]); it
-    proposes draft_map(x) where that is one of them, else some id of them (never draft_map(x))."""
+    proposes draft_map(x) where that is one of them, else some id of them (never draft_map(x)). `attention`: the
+    attention weights to ship instead of a zero o_proj (position_draft's); `config_overrides` go to its config."""
     h = int(target_config.hidden_size)
     vocab = int(target_config.vocab_size) if hot is None else len(hot)
-    cfg = eagle3_draft_config(target_config, layer_ids=layer_ids, draft_vocab_size=vocab)
+    cfg = eagle3_draft_config(target_config, layer_ids=layer_ids, draft_vocab_size=vocab, **config_overrides)
     k = len(layer_ids) if layer_ids else 3
     fc = torch.zeros(h, h * k)
     fc[:, :h] = torch.eye(h)  # first aux chunk (= E[x]) passes through
@@ -248,6 +252,7 @@ def write_map_draft_checkpoint(path, target_config, target_embedding, draft_map,
         # SGLang replaces it with the target's anyway; ship the same one.
         "embed_tokens.weight": target_embedding.clone(),
     }
+    state.update(attention or {})
     return write_eagle3_draft_checkpoint(path, cfg, seed=1, state=state)
 
 
@@ -353,7 +358,9 @@ def build_case(root, name: str, *, num_steps: int = 2) -> dict:
     dict(target=path, draft=path, expected=..., args=[extra server args]).
 
     Cases: "random", "zero_head", "map", "vocab_missing" (draft over 128 of 256 ids, no d2t), "vocab_domain" (a
-    compact map draft over target ids 128..255 through a valid d2t), "fc_width" (num_aux 4 vs 3 captured), "eagle_algo"
+    compact map draft over target ids 128..255 through a valid d2t), "rope" and "rope_built"
+    (sglang_cpu.position_draft: rope_theta 10000 / 1e6 in config.json), "fc_width" (num_aux 4 vs 3 captured),
+    "eagle_algo"
     (an EAGLE-3 draft under --speculative-algorithm EAGLE, whose checkpoint also holds an fc_norm weight
     that its config does not enable)."""
     base = os.path.join(str(root), name)
@@ -390,6 +397,18 @@ def build_case(root, name: str, *, num_steps: int = 2) -> dict:
         write_map_draft_checkpoint(dpath, tcfg, emb, domain_draft, hot=DOMAIN_HOT)
         prompts = {**DOMAIN_PROMPTS["in"], **DOMAIN_PROMPTS["out"]}
         expected = dict(prompts=prompts, T=map_target, D=domain_proposal, hot=DOMAIN_HOT)
+    elif name in ("rope", "rope_built"):
+        # position_draft: a draft built for rope_theta 1e6 whose attention rests on a sink token; "rope" ships it
+        # with config.json's rope_theta 10000 (acceptance falls with position), "rope_built" with 1e6.
+        from sglang_cpu import position_draft as P
+
+        emb = P.marked_embedding(random_deepseek_v3(tcfg, 0).model.embed_tokens.weight)
+        write_target_checkpoint(tpath, tcfg, seed=0, next_token_map=P.rope_target, embedding=emb)
+        theta = P.DEFAULT_ROPE_THETA if name == "rope" else P.BUILT_ROPE_THETA
+        attention = P.attention_state(emb, float(tcfg.rms_norm_eps))
+        write_map_draft_checkpoint(dpath, tcfg, emb, P.rope_draft, attention=attention, rope_theta=theta,
+                                   num_attention_heads=P.HEADS)
+        expected = dict(prompts=dict(P.ROPE_PROMPTS), T=P.rope_target, D=P.rope_draft, rope_theta=theta)
     elif name == "fc_width":
         write_target_checkpoint(tpath, tcfg, seed=0)
         write_eagle3_draft_checkpoint(dpath, eagle3_draft_config(tcfg, num_aux=4), seed=0)

@@ -101,6 +101,7 @@ def load(tmp_path_factory):
         server.stop()
         out["stop_seconds"] = time.monotonic() - t_stop
     out["events"] = probe_events(log_dir)
+    out["log_dir"] = log_dir
     out["probed_log"] = server.log_text()
     out["probed_seconds"] = time.monotonic() - t0
     print(f"\nload: plain server {out['plain_seconds']:.0f} s, probed server {out['probed_seconds']:.0f} s "
@@ -165,3 +166,22 @@ def test_sigterm_stop_writes_the_last_counts(load):
                        r"|Gracefully exiting")
     assert ended.search(load["plain_log"]) and ended.search(load["probed_log"])
     assert load["stop_seconds"] < load["plain_stop_seconds"] + 3
+
+
+def test_summarize_names_no_slice_under_batched_load(load, capsys):
+    """The silent control of tests/e2e/test_slice_server.py under batching: a correct server, 64 requests of varied
+    prompts at concurrency 16, where the slice test runs (a slice and the rest of its dimension with at least 64
+    request-steps each) and must name nothing."""
+    import json
+
+    from eagle_probe.analysis.slices import MIN_REQUEST_STEPS
+    from eagle_probe.commands.cli import main
+
+    assert main(["summarize", load["log_dir"], "--format", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    [rank] = report["acceptance_slices"]["ranks"]
+    tested = [(dimension, bucket) for dimension, buckets in rank["slices"].items() for bucket, row in buckets.items()
+              if MIN_REQUEST_STEPS <= row["request_steps"]
+              <= sum(r["request_steps"] for r in buckets.values()) - MIN_REQUEST_STEPS]
+    assert ("step", "first") in tested and any(d == "batch" for d, _ in tested), rank["slices"]
+    assert rank["low"] == [] and not [f for f in report["findings"] if f["code"] == "acceptance_slice_low"]

@@ -84,7 +84,8 @@ def render_slices_text(section: dict) -> List[str]:
                        + ", ".join(f"{b}: {n}" for b, n in rank["request_accept_length"].items()))
         for item in rank["low"]:
             out.append(f"    LOW {item['dimension']}={item['bucket']} at position {item['position']}: "
-                       f"{item['rate']:.3f} vs {item['rest_rate']:.3f} (p={item['p_value']:.2g}, "
-                       f"{item['tests']} tests)")
+                       f"{item['rate']:.3f} over {item['request_steps']} request-steps vs {item['rest_rate']:.3f} "
+                       f"over {item['rest_request_steps']} in the rest of {item['dimension']} "
+                       f"(p={item['p_value']:.2g}, {item['tests']} tests; final counts)")
     out.append(f"  test: {section['test']}")
     return out
