@@ -22,8 +22,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 from grafana_foundation_sdk.builders import bargauge, common, prometheus, table, timeseries  # noqa: E402
-from grafana_foundation_sdk.builders.dashboard import (AnnotationQuery, Dashboard, DatasourceVariable,  # noqa: E402
-                                                       QueryVariable, Row)
+from grafana_foundation_sdk.builders.dashboard import (AnnotationQuery, CustomVariable, Dashboard,  # noqa: E402
+                                                       DatasourceVariable, QueryVariable, Row)
 from grafana_foundation_sdk.cog.encoder import JSONEncoder  # noqa: E402
 from grafana_foundation_sdk.models.common import (BarGaugeDisplayMode, GraphDrawStyle, LegendDisplayMode,  # noqa: E402
                                                   LegendPlacement, SortOrder, StackingMode, TooltipDisplayMode,
@@ -34,7 +34,10 @@ from grafana_foundation_sdk.models.dashboard import (DashboardCursorSync, DataSo
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat, QueryEditorMode  # noqa: E402
 
 from eagle_probe.analysis.fingerprints import RMS_SPREAD_TOLERANCE  # noqa: E402  (one source each)
-from eagle_probe.analysis.findings import MISMATCH_CODES  # noqa: E402
+from eagle_probe.analysis.findings import DRAFT_VOCAB_COVERAGE_LOW, MISMATCH_CODES  # noqa: E402
+from eagle_probe.analysis.slices import DIMENSIONS  # noqa: E402
+from eagle_probe.analysis.vocab_coverage import LOW as COVERAGE_LOW, MIN_TOKENS as COVERAGE_MIN_TOKENS  # noqa: E402
+from eagle_probe.analysis.vocab_coverage import Z as COVERAGE_Z  # noqa: E402
 
 DASHBOARD_PATH = os.path.join(HERE, "eagle-probe.json")
 ALERTS_PATH = os.path.join(HERE, "prometheus", "alerts.yml")
@@ -50,6 +53,7 @@ RANK = "instance, tp_rank"
 RI = "$__rate_interval"
 
 COLLAPSE_THRESHOLD = 0.3  # position-0 acceptance rate; healthy EAGLE-3 drafts accept 0.6-0.9 at position 0
+COVERAGE_WINDOW = "15m"  # sampled verified tokens counted by the coverage alert (MIN_TOKENS of them at least)
 
 
 def query(expr, legend="", ref="A", instant=False, fmt=PromQueryFormat.TIME_SERIES):
@@ -122,6 +126,9 @@ def with_panels(board):
                "drafts {{instance}} tp{{tp_rank}}", "A"),
          query(f"sum by ({RANK}) (rate(eagle_probe_spec_verify_steps_total{{{SEL}}}[{RI}]))",
                "verify steps {{instance}} tp{{tp_rank}}", "B")], unit="ops"))
+
+    board = with_slice_panels(board)
+    board = with_vocabulary_panels(board)
 
     board = board.with_row(Row("Capture configuration and shapes").id(101))
     board = board.with_panel(table_panel(
@@ -200,6 +207,71 @@ def with_panels(board):
                instant=True, fmt=PromQueryFormat.TABLE)], width=24, height=6, hidden=("Time", "Value")))
 
 
+def slice_rate_query(dimension):
+    """Per-position acceptance rate in each slice of one dimension: rate(accepted at k in the slice) / rate(drafts in
+    the slice), slices that saw no drafts in the window left out (their series exist at zero from the first flush).
+    Summed over an instance's tp ranks: they verify the same steps, so numerator and denominator scale alike."""
+    by = "instance, bucket"
+    sel = f'{SEL}, dimension="{dimension}"'
+    accepted = f"rate(eagle_probe_spec_slice_accepted_tokens_per_pos_total{{{sel}}}[{RI}])"
+    drafts = f"rate(eagle_probe_spec_slice_drafts_total{{{sel}}}[{RI}])"
+    return query(f"sum by ({by}, position) ({accepted}) / on ({by}) group_left () (sum by ({by}) ({drafts}) > 0)",
+                 "{{bucket}} position {{position}} {{instance}}")
+
+
+def with_slice_panels(board):
+    board = board.with_row(Row("Acceptance by slice").id(104))
+    board = board.with_panel(timeseries_panel(
+        15, "Acceptance rate per draft position by sequence position",
+        "Per-position acceptance rate of the request-steps whose chain starts at a sequence position (prompt + "
+        "generated tokens) in each log2 bucket (0-63, 64-127, ...), from eagle_probe_spec_slice_* counters. "
+        "Acceptance that falls as sequences grow points at a RoPE scaling or max_position_embeddings mismatch "
+        "between draft and target, or a draft trained on shorter sequences.",
+        [slice_rate_query("position")], unit="percentunit", soft_range=(0, 1)))
+    board = board.with_panel(timeseries_panel(
+        16, "Acceptance rate per draft position by $slice",
+        "The same rate sliced by the dimension chosen in the `slice` variable: batch (requests in the verify step: "
+        "padded-batch bugs), cached_prefix (stale draft state on cache hits), path (graph or eager: state a CUDA "
+        "graph captured once), step (first verify step after prefill or later), position. `eagle-probe summarize` "
+        "names a slice worse than the rest beyond chance (acceptance_slice_low).",
+        [slice_rate_query("$slice")], unit="percentunit", soft_range=(0, 1)))
+    requests = f"eagle_probe_spec_requests_by_accept_length_total{{{SEL}}}"
+    return board.with_panel(
+        bargauge.Panel().id(17).title("Requests by accept length").description(
+            "Share of the requests that finished over the dashboard's time range, by their own accept length (1 + "
+            "their accepted draft tokens per verify step, bonus included). Two humps point at a subset of the "
+            "traffic (a template, a language) that the draft serves worse.")
+        .datasource(DS).span(24).height(8).unit("percentunit")
+        .targets([query(f"sum by (bucket) (increase({requests}[$__range]))"
+                        f" / on () group_left () (sum (increase({requests}[$__range])) > 0)",
+                        "{{bucket}}", instant=True)])
+        .orientation(VizOrientation.VERTICAL).display_mode(BarGaugeDisplayMode.BASIC).show_unfilled(True)
+        .reduce_options(common.ReduceDataOptions().calcs(["lastNotNull"]).values(False)))
+
+
+def with_vocabulary_panels(board):
+    tokens = "eagle_probe_draft_vocab_verified_tokens_total"
+    board = board.with_row(Row("Draft vocabulary").id(105))
+    board = board.with_panel(timeseries_panel(
+        18, "Vocabulary coverage",
+        "Share of the target's verified tokens (sampled verify steps, EAGLE_PROBE_COVERAGE_INTERVAL_S) that lie in "
+        "the draft's vocabulary, per rank: since the process started (the eagle_probe_draft_vocab_coverage gauge) "
+        "and over the window (rate of in_vocab=\"true\" over all). Coverage c caps the mean accept length at "
+        f"1 / (1 - c) for any draft; under {COVERAGE_LOW:.0%} is {DRAFT_VOCAB_COVERAGE_LOW} (missing d2t, or a hot "
+        "vocabulary built from other traffic).",
+        [query(f"max by ({RANK}) (eagle_probe_draft_vocab_coverage{{{SEL}}})",
+               "since start {{instance}} tp{{tp_rank}}", "A"),
+         query(f'sum by ({RANK}) (rate({tokens}{{{SEL}, in_vocab="true"}}[{RI}]))'
+               f" / (sum by ({RANK}) (rate({tokens}{{{SEL}}}[{RI}])) > 0)",
+               "window {{instance}} tp{{tp_rank}}", "B")], unit="percentunit", soft_range=(0, 1)))
+    return board.with_panel(timeseries_panel(
+        19, "Verified tokens in and out of the draft's vocabulary",
+        "Sampled verified tokens per second, per rank, by whether the draft's vocabulary holds them (in_vocab). "
+        "Tokens out of it are ones the draft can never propose.",
+        [query(f"sum by ({RANK}, in_vocab) (rate({tokens}{{{SEL}}}[{RI}]))",
+               "in_vocab={{in_vocab}} {{instance}} tp{{tp_rank}}")], unit="ops", stack=True))
+
+
 def variables():
     def query_var(name, label, expr):
         return (QueryVariable(name).label(label).datasource(DS)
@@ -211,7 +283,18 @@ def variables():
     return [DatasourceVariable("datasource").label("Prometheus").type("prometheus"),
             query_var("instance", "instance", "label_values(eagle_probe_info, instance)"),
             query_var("tp_rank", "TP rank", 'label_values(eagle_probe_info{instance=~"$instance"}, tp_rank)'),
-            query_var("role", "role", 'label_values(eagle_probe_target_forwards_total{instance=~"$instance"}, role)')]
+            query_var("role", "role", 'label_values(eagle_probe_target_forwards_total{instance=~"$instance"}, role)'),
+            slice_var()]
+
+
+def slice_var():
+    """The dimension the second slice panel shows: one of analysis.slices' fixed dimensions (single choice)."""
+    default = "batch"
+    return (CustomVariable("slice").label("slice dimension").values(",".join(DIMENSIONS))
+            .description("Dimension of the 'Acceptance rate per draft position by $slice' panel")
+            .options([VariableOption(selected=d == default, text=d, value=d) for d in DIMENSIONS])
+            .current(VariableOption(selected=True, text=default, value=default)).multi(False).include_all(False)
+            .allow_custom_value(False))
 
 
 def dashboard():
@@ -246,6 +329,17 @@ def alerts():
     same_forward = (f"(max by ({rank_group}) (eagle_probe_aux_fingerprint_step)\n"
                     f"== min by ({rank_group}) (eagle_probe_aux_fingerprint_step))")
     nonfinite = "sum by (instance, tp_rank, role, slot) (eagle_probe_aux_nonfinite_total)"
+    # draft_vocab_coverage_low's low half (analysis.vocab_coverage) over a window: the coverage's upper confidence
+    # bound c + Z * sqrt(c (1 - c) / n) = (in + Z * sqrt(in * out / n)) / n under LOW, over at least MIN_TOKENS
+    # sampled tokens. The finding floors c (1 - c) at 0.25 / n; from MIN_TOKENS on, the floor acts only within about
+    # 0.25 / n of 0 or 1 and moves the bound by at most 1.5 / n: the same side of LOW either way (tests/prometheus
+    # checks every count from MIN_TOKENS to 1200 tokens).
+    vocab = "eagle_probe_draft_vocab_verified_tokens_total"
+    window = COVERAGE_WINDOW
+    inside = f'sum by (instance, tp_rank) (increase({vocab}{{in_vocab="true"}}[{window}]))'
+    outside = f'sum by (instance, tp_rank) (increase({vocab}{{in_vocab="false"}}[{window}]))'
+    verified = f"sum by (instance, tp_rank) (increase({vocab}[{window}]))"
+    coverage_bound = f"({inside}\n+ {COVERAGE_Z:g} * sqrt({inside} * {outside}\n/ {verified}))\n/ {verified}"
     return [
         dict(alert="EagleProbeAcceptanceCollapse",
              expr=f"({pos0}) < {COLLAPSE_THRESHOLD}\nand on (instance, tp_rank)\n({drafts}) > 0",
@@ -280,6 +374,18 @@ def alerts():
                      "tp_rank {{ $labels.tp_rank }}",
              description="{{ $value }} non-finite values in sampled aux slot {{ $labels.slot }} ({{ $labels.role }}); "
                          "the draft is fed them. The aux_nonfinite finding names the layer."),
+        dict(alert="EagleProbeDraftVocabCoverageLow",
+             expr=f"({coverage_bound}) < {COVERAGE_LOW:g}\nand on (instance, tp_rank)\n"
+                  f"({verified}) >= {COVERAGE_MIN_TOKENS}",
+             signal=coverage_bound, **{"for": "5m"}, severity="warning",
+             summary="Draft vocabulary coverage low on {{ $labels.instance }} tp_rank {{ $labels.tp_rank }}",
+             description="The upper confidence bound of the share of verified tokens inside the draft's vocabulary "
+                         f"is {{{{ $value | humanizePercentage }}}} (under {COVERAGE_LOW:.0%}) over the last "
+                         f"{COVERAGE_WINDOW} of sampled verify steps ({COVERAGE_MIN_TOKENS} tokens at least). The "
+                         "draft can never propose the other tokens, which caps the mean accept length at 1 / (1 - "
+                         "coverage) for any draft: ship the d2t map the training wrote (draft_vocab_map_missing), or "
+                         "rebuild the hot vocabulary from traffic like the served one. `eagle-probe summarize` names "
+                         f"it ({DRAFT_VOCAB_COVERAGE_LOW})."),
         dict(alert="EagleProbeInternalErrors", expr=f"{errors} > 0", signal=errors, **{"for": "0m"}, severity="warning",
              summary="eagle-probe internal errors at {{ $labels.where }} on {{ $labels.instance }}",
              description="{{ $value }} exceptions inside the probe at {{ $labels.where }} (never raised into SGLang; "

@@ -69,6 +69,21 @@ def free_port():
     return fp()
 
 
+def distinct_free_ports(n):
+    """n free loopback ports, all different: bound at once (free_port() twice may return one port twice when the first
+    is not bound yet, e.g. the node-1 exporter's, which its worker binds only once SGLang is imported)."""
+    import socket
+
+    sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(n)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
 def http_get(url, timeout=10):
     with urllib.request.urlopen(url, timeout=timeout) as r:
         return r.read().decode()
@@ -87,7 +102,7 @@ def wait_for(predicate, timeout, what, interval=0.5):
 class RankWorkers:
     """The real probe processes of the multi-rank part, and the SGLang-style /metrics over their directory."""
 
-    def __init__(self, root):
+    def __init__(self, root, exporter_base, collector_port):
         self.root = root
         self.mp_dir = os.path.join(root, "multiproc")
         self.node1_dir = os.path.join(root, "multiproc-node1")
@@ -96,8 +111,8 @@ class RankWorkers:
         for d in (self.mp_dir, self.node1_dir, self.state, self.logs):
             os.makedirs(d, exist_ok=True)
         self.procs = {}
-        self.exporter_base = free_port()
-        self.collector_port = free_port()
+        self.exporter_base = exporter_base
+        self.collector_port = collector_port
         self._server = None
 
     def start(self, rank, *flags, mp_dir=None, node_rank=0, metrics_port=None, log_dir=None):
@@ -241,7 +256,8 @@ def stack(prom_bins, tmp_path_factory):
     root = str(tmp_path_factory.mktemp("prometheus-e2e"))
     timings = {}
     t0 = time.monotonic()
-    workers = RankWorkers(root)
+    exporter_base, collector_port, server_port = distinct_free_ports(3)
+    workers = RankWorkers(root, exporter_base, collector_port)
     workers.start(0, "--nan-layer", "3")  # NaN from layer 3 on: aux slots 1 and 2 (indices 4, 5) non-finite
     workers.start(1, "--moe-tbo")
     # Rank 2's log directory cannot be created (its parent is a file): a real failure inside the probe, which it
@@ -274,7 +290,7 @@ def stack(prom_bins, tmp_path_factory):
         args = ["--enable-metrics", *AUX_ARGS]
         prompts = [([10, 11, 12, 13, 14], 8), ([7, 3, 99, 120, 5, 6, 200, 31], 8)]
     server = SGLangServer(checkpoint, extra_args=args, pythonpath_prefix=[BOOTSTRAP_DIR], env=server_env,
-                          log_path=os.path.join(root, "server.log"))
+                          log_path=os.path.join(root, "server.log"), port=server_port)
     prometheus = None
     try:
         server.start(timeout=START_TIMEOUT)

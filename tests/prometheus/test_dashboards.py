@@ -1,6 +1,8 @@
 """Dashboards and alerts proven against a real Prometheus scraping real SGLang with eagle-probe."""
 
+import itertools
 import json
+import math
 import os
 import re
 import subprocess
@@ -9,6 +11,9 @@ import time
 
 import pytest
 import yaml
+
+from eagle_probe.analysis.slices import DIMENSIONS
+from eagle_probe.analysis.vocab_coverage import LOW, MAP_D2T, MIN_TOKENS, Z, coverage_finding, upper_bound
 
 from .conftest import ROOT, http_get, wait_for
 
@@ -83,8 +88,14 @@ def test_dashboard_structure():
     titles = " | ".join(p["title"] for p in d["panels"])
     for needed in ("Mean acceptance length", "Acceptance rate per draft position", "Distribution of accepted lengths",
                    "Captured layers per rank", "Aux width per rank", "Forward paths", "Captures lost",
-                   "Findings by code", "Probe internal errors"):
+                   "Findings by code", "Probe internal errors",
+                   "Acceptance rate per draft position by sequence position",
+                   "Acceptance rate per draft position by $slice", "Requests by accept length", "Vocabulary coverage",
+                   "Verified tokens in and out of the draft's vocabulary"):
         assert needed in titles
+    # the slice variable offers every dimension the probe counts, and the panel's default is one of them
+    assert [o["value"] for o in variables["slice"]["options"]] == list(DIMENSIONS)
+    assert variables["slice"]["current"]["value"] in DIMENSIONS and not variables["slice"]["multi"]
 
 
 def test_provisioning_files():
@@ -108,6 +119,64 @@ def test_promtool_check_config_and_rules(prom_bins):
     names = {r["alert"] for r in alert_rules()}
     assert {"EagleProbeAcceptanceCollapse", "EagleProbeLayerOrShapeMismatch", "EagleProbeCapturesLost",
             "EagleProbeInternalErrors"} <= names
+
+
+def test_panel_expressions_parse(prom_bins, tmp_path):
+    """Every panel expression, under every choice of its custom variables, is valid PromQL (promtool parses it as a
+    recording rule), so a syntax error shows without the real stack."""
+    dashboard = load_dashboard()
+    exprs = [expr for _, target in panel_targets(dashboard) for expr in substitutions(dashboard, target["expr"])]
+    rules = tmp_path / "panels.yml"
+    rules.write_text(yaml.safe_dump({"groups": [{"name": "panels", "rules": [
+        {"record": f"panel:expr{i}", "expr": expr} for i, expr in enumerate(exprs)]}]}))
+    out = subprocess.run([prom_bins[1], "check", "rules", str(rules)], capture_output=True, text=True)
+    assert out.returncode == 0 and f"SUCCESS: {len(exprs)} rules found" in out.stdout, out.stdout + out.stderr
+
+
+# (in-vocabulary, out-of-vocabulary) sampled verified tokens per minute for 40 minutes, one instance each: low
+# coverage with enough tokens; 85 % over 300 tokens (its upper bound is over 90 %: not low yet) and over 3000 (low);
+# none in the vocabulary but under MIN_TOKENS; none in it over 300; all in it.
+COVERAGE_CASES = {"half": (10, 10), "c85-n300": (17, 3), "c85-n3000": (170, 30), "zero-few": (0, 10),
+                  "zero": (0, 20), "full": (20, 0)}
+COVERAGE_WINDOW_MIN = 15
+
+
+def test_coverage_alert_bound_without_the_findings_floor_decides_alike():
+    """The alert's bound (in + Z sqrt(in out / n)) / n leaves out the finding's floor of c (1 - c) at 0.25 / n; from
+    MIN_TOKENS tokens on it must fall on the same side of LOW as the finding's upper_bound for every count."""
+    differ = [(inside, n) for n in range(MIN_TOKENS, 1201) for inside in range(n + 1)
+              if (upper_bound(inside, n) < LOW) != ((inside + Z * math.sqrt(inside * (n - inside) / n)) / n < LOW)]
+    assert not differ
+
+
+def test_vocab_coverage_alert_fires_where_the_finding_does(prom_bins, tmp_path):
+    """promtool's rule unit test of EagleProbeDraftVocabCoverageLow on counters that rise at fixed rates: it fires for
+    exactly the windows whose counts draft_vocab_coverage_low (analysis.vocab_coverage, the oracle) calls low. The
+    annotations are left out of the copy the test loads (promtool compares them whole; promtool check rules above
+    checks their templates)."""
+    assert generate.COVERAGE_WINDOW == f"{COVERAGE_WINDOW_MIN}m"
+    [rule] = [r for r in alert_rules() if r["alert"] == "EagleProbeDraftVocabCoverageLow"]
+    assert rule["for"] == "5m"
+    rules = tmp_path / "rules.yml"
+    rules.write_text(yaml.safe_dump({"groups": [{"name": "coverage", "rules": [
+        {k: v for k, v in rule.items() if k != "annotations"}]}]}))
+    series, expected = [], []
+    for name, (inside, outside) in COVERAGE_CASES.items():
+        for label, per_minute in (("true", inside), ("false", outside)):
+            series.append({"series": f'eagle_probe_draft_vocab_verified_tokens_total{{instance="{name}", tp_rank="0", '
+                                     f'in_vocab="{label}"}}', "values": f"0+{per_minute}x40"})
+        total = COVERAGE_WINDOW_MIN * (inside + outside)
+        if coverage_finding(COVERAGE_WINDOW_MIN * inside, total, MAP_D2T, None, None, name) is not None:
+            expected.append({"exp_labels": {"instance": name, "tp_rank": "0", "severity": rule["labels"]["severity"]}})
+    fired = {e["exp_labels"]["instance"] for e in expected}
+    assert fired == {"half", "c85-n3000", "zero"} and 17 / 20 < LOW and 15 * 10 < MIN_TOKENS  # the cases mean it
+    tests = tmp_path / "tests.yml"
+    tests.write_text(yaml.safe_dump({"rule_files": [str(rules)], "evaluation_interval": "1m", "tests": [{
+        "interval": "1m", "input_series": series, "alert_rule_test": [
+            {"eval_time": "4m", "alertname": rule["alert"], "exp_alerts": []},  # pending at most: `for` is 5m
+            {"eval_time": "30m", "alertname": rule["alert"], "exp_alerts": expected}]}]}))
+    out = subprocess.run([prom_bins[1], "test", "rules", str(tests)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
 
 
 # ----------------------------------------------------------------------------- real run
@@ -170,19 +239,29 @@ def absent_ok(prometheus, expr):
     return False
 
 
+def substitutions(dashboard, expr):
+    """The expression under every value of the single-choice custom variables it uses (e.g. each slice dimension),
+    the others as SUBSTITUTIONS has them."""
+    choices = [[(v["name"], o["value"]) for o in v["options"]] for v in dashboard["templating"]["list"]
+               if v["type"] == "custom" and f"${v['name']}" in expr]
+    for picked in itertools.product(*choices):
+        yield substitute(expr, **dict(picked))
+
+
 def run_panel_queries(stack, spec):
     prometheus = stack["prometheus"]
     failures, ran = [], 0
-    for panel, target in panel_targets(load_dashboard()):
-        expr = substitute(target["expr"])
-        if spec_only(expr) != spec:
-            continue
-        ran += 1
-        result = prometheus.query(expr)
-        if result.get("status") != "success":
-            failures.append(f"{panel['title']} [{target['refId']}]: {result.get('error')}\n  {expr}")
-        elif not result["data"]["result"] and not absent_ok(prometheus, expr):
-            failures.append(f"{panel['title']} [{target['refId']}]: no data\n  {expr}")
+    dashboard = load_dashboard()
+    for panel, target in panel_targets(dashboard):
+        for expr in substitutions(dashboard, target["expr"]):
+            if spec_only(expr) != spec:
+                continue
+            ran += 1
+            result = prometheus.query(expr)
+            if result.get("status") != "success":
+                failures.append(f"{panel['title']} [{target['refId']}]: {result.get('error')}\n  {expr}")
+            elif not result["data"]["result"] and not absent_ok(prometheus, expr):
+                failures.append(f"{panel['title']} [{target['refId']}]: no data\n  {expr}")
     return ran, failures
 
 
@@ -196,7 +275,29 @@ def test_every_acceptance_panel_query_returns_data(stack):
     if stack["server_kind"] != "spec":
         pytest.skip("EAGLE_PROBE_PROM_SERVER=aux: no speculative server, no acceptance series")
     ran, failures = run_panel_queries(stack, spec=True)
-    assert ran >= 6 and not failures, "\n".join(failures)
+    assert ran >= 6 + len(DIMENSIONS) + 3 and not failures, "\n".join(failures)
+
+
+@pytest.mark.spec
+def test_coverage_and_slice_values(stack):
+    """The stack's "map" draft predicts over the target's whole vocabulary: every sampled verified token is in it
+    (coverage 1, none out). In every slice dimension the request-steps add up to the drafts verified."""
+    if stack["server_kind"] != "spec":
+        pytest.skip("EAGLE_PROBE_PROM_SERVER=aux")
+    prometheus = stack["prometheus"]
+    inst = stack["instances"]["server"]
+
+    def values(expr):
+        result = prometheus.query(expr)["data"]["result"]
+        return {tuple(sorted(r["metric"].items())): float(r["value"][1]) for r in result}
+
+    coverage = values(f'eagle_probe_draft_vocab_coverage{{instance="{inst}"}}')
+    assert coverage and set(coverage.values()) == {1.0}
+    tokens = values(f'sum by (in_vocab) (eagle_probe_draft_vocab_verified_tokens_total{{instance="{inst}"}})')
+    assert tokens[(("in_vocab", "false"),)] == 0 and tokens[(("in_vocab", "true"),)] > 0
+    drafts = values(f'sum(eagle_probe_spec_drafts_total{{instance="{inst}"}})')[()]
+    per_dimension = values(f'sum by (dimension) (eagle_probe_spec_slice_drafts_total{{instance="{inst}"}})')
+    assert drafts > 0 and per_dimension == {(("dimension", d),): drafts for d in DIMENSIONS}
 
 
 @pytest.mark.spec
