@@ -239,6 +239,21 @@ def drain_counts():
         recorder.slices.count_queued()
 
 
+SITU_PASSES = 3  # whole in-situ measurements, a second apart: the best of each figure is kept
+
+
+def in_situ_passes(runner, batch, rounds, block, passes=SITU_PASSES, pause_s=1.0):
+    """in_situ() `passes` times, a pause apart, each figure's best (as fingerprint_rounds): on this VM the forwards
+    ran for seconds at a time in a slower state (every in-situ figure, the reference's included, up by 20-40 %)."""
+    best = None
+    for index in range(passes):
+        if index:
+            time.sleep(pause_s)
+        figures = in_situ(runner, batch, rounds, block)
+        best = figures if best is None else tuple(min(a, b) for a, b in zip(best, figures))
+    return best
+
+
 def paired_median_ns(call_bare, call_probed, n, between=drain_counts):
     bare, probed = [], []
     for index in range(n):
@@ -519,7 +534,7 @@ def main():
         result = inner_forward_result(runner, batch)
         eagle_probe.install(env=probe_env)
         work_us = probe_work(model.model, batch, result, 2000) / 1000
-        situ, situ_reference, base, situ_median = in_situ(runner, batch, args.situ_rounds, args.situ_block)
+        situ, situ_reference, base, situ_median = in_situ_passes(runner, batch, args.situ_rounds, args.situ_block)
         eagle_probe.uninstall()
         without = statistics.median(samples[False]) / 1000
         with_ = statistics.median(samples[True]) / 1000
