@@ -242,6 +242,18 @@ def drain_counts():
 SITU_PASSES = 3  # whole in-situ measurements, a second apart: the best of each figure is kept
 
 
+def acceptance_passes(runner, target_config, n, passes=SITU_PASSES, pause_s=1.0):
+    """draft_and_acceptance() `passes` times, a pause apart, each row's best (as in_situ_passes): the verify step at
+    batch 128 measured 4.1 and 7.6 us in two runs minutes apart on this VM, the reference 0.58 us in both."""
+    best = None
+    for index in range(passes):
+        if index:
+            time.sleep(pause_s)
+        rows = draft_and_acceptance(runner, target_config, n)
+        best = rows if best is None else [(name, batch, min(a, b)) for (name, batch, a), (_, _, b) in zip(best, rows)]
+    return best
+
+
 def in_situ_passes(runner, batch, rounds, block, passes=SITU_PASSES, pause_s=1.0):
     """in_situ() `passes` times, a pause apart, each figure's best (as fingerprint_rounds): on this VM the forwards
     ran for seconds at a time in a slower state (every in-situ figure, the reference's included, up by 20-40 %)."""
@@ -548,7 +560,7 @@ def main():
         figures["target_forward_ratio"][mode] = round(with_ / without, 4)
     eagle_probe.install(env=probe_env)
     print(f"\n{'probe path':<16}{'batch':>7}{'added us (hot)':>16}")
-    for name, batch_size, added in draft_and_acceptance(runner, model.config, 3000):
+    for name, batch_size, added in acceptance_passes(runner, model.config, 3000):
         print(f"{name:<16}{batch_size or '-':>7}{added:>16.2f}")
         if name == "draft forward":
             figures["draft_forward_us"] = round(added, 2)
