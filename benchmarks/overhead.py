@@ -67,6 +67,7 @@ BUDGETS = {
     "draft_forward": 3.0,  # not in issue 17: the same kind of per-call wrapper as the target forward, hot
     "verify_step": 8.0,  # per verify step at every batch in VERIFY_BATCHES: must not grow with the batch (issue 17)
     "fingerprint_amortised": 0.5,  # one sample's cost spread over FORWARDS_PER_S forwards (issue 17)
+    "fingerprint_and_coverage_amortised": 0.5,  # issue 18: with the coverage samples of one second, per forward
     "flush": 25.0,  # not in issue 17: once per flush interval (1 s), off the hot path; / FORWARDS_PER_S = 0.5x
     "verify_step_coverage": 8.0,  # issue 18: a verify step whose tokens are sampled for coverage, as verify_step
 }
@@ -239,7 +240,7 @@ def drain_counts():
         recorder.slices.count_queued()
 
 
-SITU_PASSES = 3  # whole in-situ measurements, a second apart: the best of each figure is kept
+SITU_PASSES = 5  # whole in-situ measurements, a second apart: the best of each figure is kept (the reference: 7)
 
 
 def acceptance_passes(runner, target_config, n, passes=SITU_PASSES, pause_s=1.0):
@@ -422,6 +423,7 @@ def flush_cost_us(n):
 
 FINGERPRINT_SHAPES = ((3, 7168, 8), (3, 7168, 512), (3, 64, 8))  # slots, width, tokens (DeepSeek-V3, the tiny model)
 FORWARDS_PER_S = 50  # a busy rank's target forwards per second, for the amortised figure
+COVERAGE_SAMPLES_PER_S = 10  # sampled verify steps a second at the default EAGLE_PROBE_COVERAGE_INTERVAL_S (0.1 s)
 
 
 def fingerprint_cost_us(budget_s=0.1, repeat=REFERENCE_REPEAT):
@@ -579,6 +581,12 @@ def main():
     figures["fingerprint_us"], figures["fingerprint_read_us"] = fingerprint_rounds()
     tiny = figures["fingerprint_us"]["3x64x8_float32"]  # the model this benchmark runs
     figures["fingerprint_amortised_us"] = round(tiny / FORWARDS_PER_S, 2)
+    # A coverage sample's extra cost (a sampled verify step against a plain one, at the largest batch), paid once per
+    # EAGLE_PROBE_COVERAGE_INTERVAL_S (0.1 s: 10 a second), spread over the same FORWARDS_PER_S forwards.
+    largest = str(VERIFY_BATCHES[-1])
+    extra = max(figures["verify_step_coverage_us"][largest] - figures["verify_step_us"][largest], 0.0)
+    together = (tiny + extra * COVERAGE_SAMPLES_PER_S) / FORWARDS_PER_S
+    figures["fingerprint_and_coverage_amortised_us"] = round(together, 2)
     print(f"\n{'fingerprint (slots x width x tokens, dtype)':<46}{'queue us':>10}{'read us':>10}")
     for shape, cost in figures["fingerprint_us"].items():
         print(f"{shape:<46}{cost:>10.1f}{figures['fingerprint_read_us'][shape]:>10.1f}")
@@ -612,6 +620,9 @@ def judged_figures(figures):
     rows += [("verify_step_coverage", batch, f"batch {batch}", us)
              for batch, us in figures.get("verify_step_coverage_us", {}).items()]
     rows.append(("fingerprint_amortised", None, "3 x 64, float32", figures["fingerprint_amortised_us"]))
+    if "fingerprint_and_coverage_amortised_us" in figures:
+        rows.append(("fingerprint_and_coverage_amortised", None, "batch 128",
+                     figures["fingerprint_and_coverage_amortised_us"]))
     rows.append(("flush", None, "", figures["flush_us"]))
     return rows
 
