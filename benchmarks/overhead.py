@@ -243,28 +243,28 @@ def drain_counts():
 SITU_PASSES = 5  # whole in-situ measurements, a second apart: the best of each figure is kept (the reference: 7)
 
 
-def acceptance_passes(runner, target_config, n, passes=SITU_PASSES, pause_s=1.0):
-    """draft_and_acceptance() `passes` times, a pause apart, each row's best (as in_situ_passes): the verify step at
-    batch 128 measured 4.1 and 7.6 us in two runs minutes apart on this VM, the reference 0.58 us in both."""
-    best = None
+def passes_of(measure, passes, pause_s=1.0):
+    """measure() `passes` times, a pause apart, for the caller to keep each figure's best (timeit's statistic, as the
+    reference's): on this VM the probe's figures ran for seconds at a time in a slower state (in situ up by 20-40 %,
+    the verify step at batch 128 4.1 and 7.6 us in runs minutes apart, a fingerprint 11.5 and 17.5 us in alternate
+    calls) while the reference, a pure-Python call on warm memory, stayed at 0.58 us."""
+    results = []
     for index in range(passes):
         if index:
             time.sleep(pause_s)
-        rows = draft_and_acceptance(runner, target_config, n)
-        best = rows if best is None else [(name, batch, min(a, b)) for (name, batch, a), (_, _, b) in zip(best, rows)]
-    return best
+        results.append(measure())
+    return results
 
 
-def in_situ_passes(runner, batch, rounds, block, passes=SITU_PASSES, pause_s=1.0):
-    """in_situ() `passes` times, a pause apart, each figure's best (as fingerprint_rounds): on this VM the forwards
-    ran for seconds at a time in a slower state (every in-situ figure, the reference's included, up by 20-40 %)."""
-    best = None
-    for index in range(passes):
-        if index:
-            time.sleep(pause_s)
-        figures = in_situ(runner, batch, rounds, block)
-        best = figures if best is None else tuple(min(a, b) for a, b in zip(best, figures))
-    return best
+def acceptance_passes(runner, target_config, n, passes=SITU_PASSES):
+    """draft_and_acceptance()'s rows, each the best of `passes` passes."""
+    runs = passes_of(lambda: draft_and_acceptance(runner, target_config, n), passes)
+    return [(row[0][0], row[0][1], min(us for _, _, us in row)) for row in zip(*runs)]  # the same rows each pass
+
+
+def in_situ_passes(runner, batch, rounds, block, passes=SITU_PASSES):
+    """in_situ()'s figures, each the best of `passes` passes."""
+    return tuple(map(min, zip(*passes_of(lambda: in_situ(runner, batch, rounds, block), passes))))
 
 
 def paired_median_ns(call_bare, call_probed, n, between=drain_counts):
@@ -411,8 +411,8 @@ def flush_cost_us(n):
     recorder = STATE.recorder
     times = []
     for i in range(n):
-        recorder.forward_repeated(("target", "EXTEND", "eager", "false"), 0)
-        recorder.forward_repeated(("target", "DECODE", "eager", "false"), 0)
+        recorder.counts.cell(("target", "EXTEND", "eager", "false"))[0] += 1  # as a repeated target forward counts
+        recorder.counts.cell(("target", "DECODE", "eager", "false"))[0] += 1
         recorder.draft_repeated(("DECODE", "eager", "skipped"))
         recorder.acceptance.add([i % 3, 2, 1, 0], 2, "benchmark")
         start = time.perf_counter_ns()
@@ -468,19 +468,10 @@ def fingerprint_cost_us(budget_s=0.1, repeat=REFERENCE_REPEAT):
 FINGERPRINT_ROUNDS = 3  # whole measurements, a second apart, fresh tensors each: the best per shape is kept
 
 
-def fingerprint_rounds(rounds=FINGERPRINT_ROUNDS, pause_s=1.0):
-    """fingerprint_cost_us `rounds` times, a pause apart, the best per shape (timeit's statistic, as the reference's).
-    On this VM the same operations ran in two states for seconds at a time, 11.5 and 17.5 us for the tiny shape,
-    while the reference call stayed put (a pure-Python call on warm memory): the slow state is the machine's."""
-    queued, read = {}, {}
-    for index in range(rounds):
-        if index:
-            time.sleep(pause_s)
-        round_queued, round_read = fingerprint_cost_us()
-        for key, us in round_queued.items():
-            queued[key] = min(us, queued.get(key, us))
-            read[key] = min(round_read[key], read.get(key, round_read[key]))
-    return queued, read
+def fingerprint_rounds(rounds=FINGERPRINT_ROUNDS):
+    """fingerprint_cost_us()'s (queue, read) per shape, each the best of `rounds` passes (fresh tensors each)."""
+    runs = passes_of(fingerprint_cost_us, rounds)
+    return tuple({key: min(run[part][key] for run in runs) for key in runs[0][part]} for part in (0, 1))
 
 
 LOAD_BUDGET_MS = 50.0  # issue 19: the registry scan and wrapping at load time, per process (absolute: once)

@@ -140,7 +140,7 @@ def _after_forward(facts, result, error):
             last[1][0] += 1
             due = last[3]
             if due is not None and _wall() >= due[0]:
-                _sample(static, mode, capturing, forward_batch, result, layers)
+                _sample(static, mode, forward_batch, result, layers)
             if last[2]:
                 STATE.recorder.counts.count_lost(last[4], last[2])
             periodic = static.periodic
@@ -151,7 +151,7 @@ def _after_forward(facts, result, error):
     sampler = recorder.fingerprints
     sampled = sampler is not None and not capturing and mode in sampled_members(type(mode))
     if error is None and sampled and _wall() >= sampler.due_cell(static.role)[0]:
-        _sample(static, mode, capturing, forward_batch, result, layers)
+        _sample(static, mode, forward_batch, result, layers)
     input_ids = args[0] if args else kwargs.get("input_ids")
     obs = observation(static, mode.name, layers, can_run_tbo, capturing, input_ids, result, error)
     recorder.target_forward(obs)
@@ -161,10 +161,9 @@ def _after_forward(facts, result, error):
                              sampler.due_cell(static.role) if sampled else None, key)
 
 
-def _sample(static, mode, capturing, forward_batch, result, layers):
+def _sample(static, mode, forward_batch, result, layers):
     try:
-        sample_target_forward(STATE.recorder.fingerprints, STATE.recorder, static, mode, capturing, forward_batch,
-                              result, layers)
+        sample_target_forward(STATE.recorder.fingerprints, STATE.recorder, static, mode, forward_batch, result, layers)
     except Exception as exc:
         STATE.report_error("target.fingerprint", exc)
 

@@ -31,23 +31,17 @@ class Forwards(Part):
         periodic = recorder.periodic
         clock = periodic.clock
 
-        # The hot path: a forward whose signature the wrapper has just seen is only counted here.
-        def forward_repeated(count_key: tuple, lost: int):
-            self.cell(count_key)[0] += 1
-            if lost:
-                self.count_lost(count_key, lost)
-            if periodic.hot_ticks and clock() >= periodic.next_tick:
-                periodic.tick()
-
+        # The hot path: a draft forward whose signature the wrapper has just seen is only counted here (a repeated
+        # target forward counts into its cell, which the wrapper keeps).
         def draft_repeated(count_key: tuple, drafts=self.drafts):
             drafts[count_key] = drafts.get(count_key, 0) + 1
             if periodic.hot_ticks and clock() >= periodic.next_tick:
                 periodic.tick()
 
-        self.forward_repeated, self.draft_repeated = forward_repeated, draft_repeated
+        self.draft_repeated = draft_repeated
 
     def exports(self) -> dict:
-        return {"forward_repeated": self.forward_repeated, "draft_repeated": self.draft_repeated, "counts": self}
+        return {"draft_repeated": self.draft_repeated, "counts": self}
 
     @property
     def forwards(self) -> dict:

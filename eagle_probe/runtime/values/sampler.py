@@ -121,12 +121,13 @@ def packed_aux(aux):
     return aux
 
 
-def sample_target_forward(sampler, recorder, static, mode, capturing, forward_batch, result, layers):
-    """Read finished fingerprints; on the first eager EXTEND / TARGET_VERIFY forward of a sampling interval, queue
-    the reductions of the aux states this target forward returns (as the draft receives them)."""
+def sample_target_forward(sampler, recorder, static, mode, forward_batch, result, layers):
+    """Read finished fingerprints (where no flush thread does); on the first forward of a sampling interval, queue the
+    reductions of the aux states this target forward returns (as the draft receives them). The caller has checked
+    that the forward is eager and of a sampled mode (SAMPLED_TARGET_MODES)."""
     if sampler.inline and sampler.pending:
         deliver_ready(sampler, recorder)
-    if capturing or not sampled_mode(mode) or type(result) is not tuple or len(result) != 2:
+    if type(result) is not tuple or len(result) != 2:
         return
     wall = sampler.due(static.role)
     if wall is None:
