@@ -25,8 +25,9 @@ with the step's own list of its requests). The slices' per-request bucketing run
 verify step at each batch is printed for context (`slice_count_us`, no budget: the flush thread's work).
 The verify step again with vocabulary coverage sampled on every step (issue 18; a server samples one step per
 EAGLE_PROBE_COVERAGE_INTERVAL_S, 0.1 s): the hook returns 3 committed tokens a request, as SGLang's resolver does,
-and the draft's hot vocabulary is 32 000 of 128 256 ids; beside it, the flush thread's count of one sampled step of
-the largest batch (context, no budget).
+and the draft's hot vocabulary is 32 000 of 128 256 ids; what sampling adds to a verify step, paired (the same probed
+step with its sample due and not, interleaved), the figure amortised with the fingerprints; beside it, the flush
+thread's count of one sampled step of the largest batch (context, no budget).
 Flush: one flush of everything counted (the probe's own thread, once per flush interval).
 Load (issue 19): eagle_probe.install() with SGLang's model registry imported, i.e. the registry scan and the wrapping
 of every target class found (best of 5, in ms; budget 50 ms per process, absolute: it happens once).
@@ -327,6 +328,7 @@ def draft_and_acceptance(runner, target_config, n):
     return rows
 
 
+NEVER = float("inf")
 COVERAGE_VOCAB, COVERAGE_HOT = 128256, 32000  # Llama-3's vocabulary, SpecForge's default hot vocabulary
 
 
@@ -359,13 +361,33 @@ def coverage_sampled(wrapper, scheduler, n):
         def returns_tokens(*a, **k):
             return tokens
 
+        coverage.count()
+        before = coverage.samples
         bare, probed = paired_median_ns(lambda: returns_tokens(*step),
                                         lambda: wrapper(returns_tokens, scheduler, step, {}), n)
-        rows.append(("verify+coverage", batch_size, (probed - bare) / 1000))
         coverage.count()
+        if coverage.samples - before < n:  # a clock reading repeated: some steps were plain ones
+            raise SystemExit(f"verify+coverage at batch {batch_size}: {coverage.samples - before} of {n} steps "
+                             f"sampled; the figure would not be a sampled step's")
+        rows.append(("verify+coverage", batch_size, (probed - bare) / 1000))
+
+        # What sampling adds, paired: the same probed step with its sample due and not, interleaved (both set
+        # next_due first, so that write costs both alike); a difference of the two rows' medians, taken in separate
+        # loops, carries their drift (0.07 to 0.27 us between runs for a 0.1 us difference)
+        def plain():
+            coverage.next_due = NEVER
+            wrapper(returns_tokens, scheduler, step, {})
+
+        def sampled():
+            coverage.next_due = 0.0
+            wrapper(returns_tokens, scheduler, step, {})
+
+        plain_ns, sampled_ns = paired_median_ns(plain, sampled, n)
+        coverage.count()
+        rows.append(("coverage extra", batch_size, (sampled_ns - plain_ns) / 1000))
     times = []
     for _ in range(200):
-        coverage.add_lists(tokens)
+        coverage.sample_lists(0.0, tokens)
         start = time.perf_counter_ns()
         coverage.count()
         times.append(time.perf_counter_ns() - start)
@@ -562,6 +584,8 @@ def main():
             figures["verify_step_us"][str(batch_size)] = round(added, 2)
         elif name == "verify+coverage":
             figures.setdefault("verify_step_coverage_us", {})[str(batch_size)] = round(added, 2)
+        elif name == "coverage extra":
+            figures.setdefault("coverage_sample_extra_us", {})[str(batch_size)] = round(added, 2)
         else:
             figures["coverage_count_us"] = round(added, 2)  # the flush thread's, per sampled step (context)
     figures["flush_us"] = round(flush_cost_us(500), 2)
@@ -572,10 +596,9 @@ def main():
     figures["fingerprint_us"], figures["fingerprint_read_us"] = fingerprint_rounds()
     tiny = figures["fingerprint_us"]["3x64x8_float32"]  # the model this benchmark runs
     figures["fingerprint_amortised_us"] = round(tiny / FORWARDS_PER_S, 2)
-    # A coverage sample's extra cost (a sampled verify step against a plain one, at the largest batch), paid once per
-    # EAGLE_PROBE_COVERAGE_INTERVAL_S (0.1 s: 10 a second), spread over the same FORWARDS_PER_S forwards.
-    largest = str(VERIFY_BATCHES[-1])
-    extra = max(figures["verify_step_coverage_us"][largest] - figures["verify_step_us"][largest], 0.0)
+    # A coverage sample's extra cost (a sampled verify step against a plain one, paired, at the largest batch), paid
+    # once per EAGLE_PROBE_COVERAGE_INTERVAL_S (0.1 s: 10 a second), spread over the same FORWARDS_PER_S forwards.
+    extra = max(figures["coverage_sample_extra_us"][str(VERIFY_BATCHES[-1])], 0.0)
     together = (tiny + extra * COVERAGE_SAMPLES_PER_S) / FORWARDS_PER_S
     figures["fingerprint_and_coverage_amortised_us"] = round(together, 2)
     print(f"\n{'fingerprint (slots x width x tokens, dtype)':<46}{'queue us':>10}{'read us':>10}")

@@ -86,7 +86,7 @@ def test_vocab_coverage_counts_device_tokens_without_a_sync():
     ids = torch.randint(-2, 128300, (4096,), device="cuda")
     cpu = VocabCoverage(1.0)
     cpu.set_vocabulary(hot, in_vocab_table(128256, hot))
-    cpu.add_device(ids.cpu())
+    cpu.sample_device(0.0, ids.cpu())
     cpu.count()
     sampler = VocabCoverage(1.0)
     sampler.set_vocabulary(hot, in_vocab_table(128256, hot))
@@ -94,7 +94,7 @@ def test_vocab_coverage_counts_device_tokens_without_a_sync():
     torch.cuda.set_sync_debug_mode("error")
     try:
         for _ in range(3):  # the first builds the device mask
-            assert sampler.add_device(ids)
+            assert sampler.sample_device(0.0, ids)
         deadline = time.monotonic() + 10
         while sampler._pending:
             sampler.count()

@@ -39,7 +39,7 @@ def test_hot_ids_equal_sglangs_hot_token_id(tmp_path):
     assert sampler.known and len(sampler.table) == vocab
     assert _hot(sampler) == sorted(model.hot_token_id.tolist())
     ids = torch.arange(vocab)
-    assert sampler.add_device(ids)
+    assert sampler.sample_device(0.0, ids)
     sampler.count()
     assert (sampler.in_vocab, sampler.total) == (64, vocab)  # each hot id once
 
@@ -48,11 +48,11 @@ def test_no_d2t_is_the_first_ids_and_a_full_vocabulary_is_everything(tmp_path):
     model, sampler, vocab = _loaded(tmp_path, "missing", 64, None)
     assert model.hot_token_id is None  # SGLang proposes draft ids as target ids
     assert _hot(sampler) == list(range(64))
-    sampler.add_lists([[0, 63, 64, vocab - 1]])
+    sampler.sample_lists(0.0, [[0, 63, 64, vocab - 1]])
     sampler.count()
     assert (sampler.in_vocab, sampler.total) == (2, 4)
     _, full, _ = _loaded(tmp_path, "full", None, None)
     assert full.known and full.table is None
-    full.add_lists([[0, vocab - 1]])
+    full.sample_lists(0.0, [[0, vocab - 1]])
     full.count()
     assert (full.in_vocab, full.total) == (2, 2)

@@ -110,57 +110,47 @@ def test_config_interval():
 # ------------------------------------------------------------------------------------------------ the sampler
 
 
-class Clock:
-    def __init__(self, now=0.0):
-        self.now = now
-
-    def __call__(self):
-        return self.now
-
-
-def test_nothing_sampled_before_the_vocabulary_is_known_then_one_step_per_bucket():
-    clock = Clock(100.0)
-    sampler = VocabCoverage(1.0, clock)
-    assert not sampler.due()
+def test_nothing_sampled_before_the_vocabulary_is_known_then_one_step_per_interval():
+    sampler = VocabCoverage(1.0)
+    assert sampler.next_due == float("inf")  # no clock reading reaches it: the hot path never samples
     sampler.set_vocabulary((1, 2), V.in_vocab_table(4, (1, 2)))
-    assert sampler.due() and not sampler.due()
-    clock.now = 100.99
-    assert not sampler.due()
-    clock.now = 101.0
-    assert sampler.due() and sampler.samples == 2
+    assert sampler.next_due == 0.0
+    sampler.sample_lists(100.25, [[1]])
+    assert sampler.next_due == 101.25  # no step before an interval has passed is sampled
+    sampler.sample_lists(101.5, [[0, 2]])  # the first step after it
+    assert sampler.next_due == 102.5
+    assert sampler.samples == 0  # counted on the flush thread, not on the hot path
+    assert sampler.count() == (2, 3) and sampler.samples == 2
 
 
-def test_an_uncounted_queue_stops_sampling_at_its_bound(monkeypatch):
+def test_an_uncounted_queue_keeps_its_bound_dropping_the_oldest(monkeypatch):
     from eagle_probe.runtime.values import coverage as module
 
     monkeypatch.setattr(module, "MAX_QUEUED", 3)
-    clock = Clock()
-    sampler = VocabCoverage(1.0, clock)
-    sampler.set_vocabulary(None, None)
+    sampler = VocabCoverage(1.0)
+    sampler.set_vocabulary((1,), V.in_vocab_table(4, (1,)))
     for step in range(5):
-        clock.now = float(step)
-        if sampler.due():
-            sampler.add_lists([[1]])
-    assert sampler.samples == 3 and sampler.count() == (3, 3)
-    clock.now = 9.0
-    assert sampler.due()  # counted: sampling again
+        sampler.sample_lists(float(step), [[0 if step < 2 else 1]])  # the first two (out of vocabulary) go
+    assert sampler.count() == (3, 3) and sampler.samples == 3
+    sampler.sample_lists(9.0, [[1]])  # counted: queued again
+    assert sampler.count() == (4, 4)
 
 
 def test_host_lists_counted_on_read_ids_beyond_the_table_are_out():
-    sampler = VocabCoverage(1.0, Clock())
+    sampler = VocabCoverage(1.0)
     sampler.set_vocabulary((1, 2), V.in_vocab_table(4, (1, 2)))
-    sampler.add_lists([[1, 2, 3], [0]])
-    sampler.add_lists([[2, 9]])  # 9 is past the table
+    sampler.sample_lists(0.0, [[1, 2, 3], [0]])
+    sampler.sample_lists(0.0, [[2, 9]])  # 9 is past the table
     assert (sampler.in_vocab, sampler.total) == (0, 0)  # nothing counted on the hot path
     sampler.count()
     assert (sampler.in_vocab, sampler.total) == (3, 6)
 
 
 def test_full_vocabulary_counts_every_token():
-    sampler = VocabCoverage(1.0, Clock())
+    sampler = VocabCoverage(1.0)
     sampler.set_vocabulary(None, None)
-    sampler.add_lists([[5, 6], [7]])
-    sampler.add_device(torch.tensor([1, 2, 3, 4]))
+    sampler.sample_lists(0.0, [[5, 6], [7]])
+    sampler.sample_device(0.0, torch.tensor([1, 2, 3, 4]))
     sampler.count()
     assert (sampler.in_vocab, sampler.total) == (7, 7)
 
@@ -168,12 +158,12 @@ def test_full_vocabulary_counts_every_token():
 def test_device_counts_equal_an_independent_count():
     rng = torch.Generator().manual_seed(3)
     hot = tuple(sorted(set(torch.randint(0, 1000, (300,), generator=rng).tolist())))
-    sampler = VocabCoverage(1.0, Clock())
+    sampler = VocabCoverage(1.0)
     sampler.set_vocabulary(hot, V.in_vocab_table(1000, hot))
     expected_in = expected_total = 0
     for _ in range(5):
         ids = torch.randint(-3, 1100, (57,), generator=rng)  # some out of range on both ends
-        assert sampler.add_device(ids.to(torch.int32))
+        assert sampler.sample_device(0.0, ids.to(torch.int32))
         expected_in += sum(1 for t in ids.tolist() if t in set(hot))
         expected_total += 57
     sampler.count()
@@ -181,17 +171,25 @@ def test_device_counts_equal_an_independent_count():
 
 
 def test_device_slots_bound_what_waits_unread():
-    sampler = VocabCoverage(1.0, Clock())
+    sampler = VocabCoverage(1.0)
     sampler.set_vocabulary((0,), V.in_vocab_table(2, (0,)))
     for _ in range(SLOTS):
-        assert sampler.add_device(torch.tensor([0, 1]))
-    assert not sampler.add_device(torch.tensor([0]))  # every slot waits: skipped, not queued
+        assert sampler.sample_device(0.0, torch.tensor([0, 1]))
+    assert not sampler.sample_device(0.0, torch.tensor([0]))  # every slot waits: skipped, not queued
     sampler.count()
     assert (sampler.in_vocab, sampler.total) == (SLOTS, 2 * SLOTS)
-    assert sampler.add_device(torch.tensor([0]))  # slots free again
+    assert sampler.sample_device(0.0, torch.tensor([0]))  # slots free again
 
 
 # ------------------------------------------------------------------------------------------------ the part
+
+
+class Clock:
+    def __init__(self, now=0.0):
+        self.now = now
+
+    def __call__(self):
+        return self.now
 
 
 def make(interval=1.0, **config):
@@ -216,8 +214,8 @@ def test_part_counts_exports_and_names_low_coverage_before_a_collapse():
     sampler = recorder.coverage
     for step in range(300):  # no draft accepted, one token each: 100 of 300 inside
         recorder.verify_step(VerifyStep((0,), 2, "test"))
-        assert sampler.due()
-        sampler.add_lists([[step % 3 * 100]])  # 0, 100, 200: only 0 and 100 are < 128 ... two of three
+        assert clock.now >= sampler.next_due
+        sampler.sample_lists(clock.now, [[step % 3 * 100]])  # 0, 100, 200: only 0 and 100 are < 128 ... two of three
         sampler.next_due = 0.0
     recorder.flush_metrics()
     inside = registry.get_sample_value("eagle_probe_draft_vocab_verified_tokens_total",
@@ -243,7 +241,7 @@ def test_part_counts_exports_and_names_low_coverage_before_a_collapse():
 def test_part_silent_for_a_full_vocabulary_and_off_at_zero():
     recorder, stream, registry, clock = make()
     recorder.observe("draft_vocabulary", DraftVocabulary("LlamaForCausalLMEagle3", None, 256, V.MAP_FULL, None))
-    recorder.coverage.add_lists([list(range(250))])
+    recorder.coverage.sample_lists(0.0, [list(range(250))])
     clock.now = 2.0
     recorder.periodic.tick()
     [event] = events(stream, "eagle_probe.draft.vocab_coverage")

@@ -10,8 +10,9 @@ On every spec-v2 path the probe counts only requests that are neither retracted 
 scheduler runs one more verify step for a request that just finished and discards its tokens (0.5.13+ leaves
 it out of its own counts; 0.5.8's server-wide "accept len" still includes it, its per-request meta_info not),
 and a step whose requests had all finished is not a verify step.
-On a step the coverage sampler says is due, the step's committed tokens go to it as they are (runtime/values/
-coverage.py): the v2 resolver's return value (per-request lists, live requests only), the v1 output's token tensor.
+On a step whose clock reading reached the coverage sampler's next_due, the step's committed tokens go to it as they
+are (runtime/values/coverage.py): the v2 resolver's return value (per-request lists, live requests only), the v1
+output's token tensor.
 """
 
 from operator import attrgetter
@@ -105,8 +106,8 @@ def _v1_wrapper(target: str, site: str):
                 counts = getattr(output[1], _field(target))
                 _record(counts, _draft_positions(instance), target, reqs[:], len(reqs), output[-1])
                 coverage = STATE.recorder.coverage
-                if coverage is not None and _now() >= coverage.next_due and coverage.due():
-                    coverage.add_device(getattr(output[1], _tokens_field(target)))  # committed tokens, on the device
+                if coverage is not None and (now := _now()) >= coverage.next_due:  # committed tokens, on the device
+                    coverage.sample_device(now, getattr(output[1], _tokens_field(target)))
                 if STATE.recorder.dumps.waiting:  # a dumped verify forward awaits its accepted rows
                     STATE.recorder.dumps.verify_resolved(reqs, counts, V1)
             except Exception as exc:
@@ -129,9 +130,9 @@ def _v2_wrapper(target: str, site: str):
                     _record(live, _draft_positions(instance, result), target, reqs, len(counts),
                             getattr(result, "can_run_cuda_graph", None))
                     coverage = STATE.recorder.coverage
-                    if coverage is not None and _now() >= coverage.next_due and coverage.due():
+                    if coverage is not None and (now := _now()) >= coverage.next_due:
                         # the committed tokens, host lists; all live when no count was left out (the common case)
-                        coverage.add_lists(output if live is counts else _live(output, batch.reqs)[0])
+                        coverage.sample_lists(now, output if live is counts else _live(output, batch.reqs)[0])
                 if STATE.recorder.dumps.waiting:  # a dumped verify forward awaits its accepted rows
                     STATE.recorder.dumps.verify_resolved(batch.reqs, counts, V2)
             except Exception as exc:

@@ -1,7 +1,9 @@
 """Vocabulary coverage of sampled verify steps: how many of the tokens the target committed the draft could propose.
 
-Sampling follows wall-clock buckets of EAGLE_PROBE_COVERAGE_INTERVAL_S, as the fingerprints do: the first verify step
-in each bucket is sampled. Nothing is counted on the hot path:
+Sampling takes the first verify step once EAGLE_PROBE_COVERAGE_INTERVAL_S has passed since the last sample (no
+wall-clock buckets as the fingerprints have: nothing here needs the ranks to sample the same step, and a floor
+division costs the sampled step 40 ns). The hot path reads the clock once a step, compares it with next_due and, on a
+sampled step, makes one call with that reading. Nothing is counted on the hot path:
 - where SGLang has already brought the step's tokens to the host (every spec-v2 resolver returns them as lists of
   ints, after its own copy and wait), the sampled step's lists are queued as they are (one append) and counted on the
   flush thread against a byte table of the hot ids;
@@ -11,26 +13,24 @@ in each bucket is sampled. Nothing is counted on the hot path:
   never synchronize()). The number of tokens is the tensor's shape, known on the host.
 """
 
-import time
 from collections import deque
 from threading import Lock
 from typing import Optional, Sequence, Tuple
 
 SLOTS = 64  # device counts on their way at most; a sample finding them all busy is skipped
-MAX_QUEUED = 4096  # sampled steps held uncounted at most (the flush thread counts them every second): then skipped
+MAX_QUEUED = 4096  # sampled steps held uncounted at most (the flush thread counts them every second): the oldest go
 
 
 class VocabCoverage:
-    def __init__(self, interval_s: float, clock=time.time):
+    def __init__(self, interval_s: float):
         self.interval = interval_s
-        self._clock = clock
         self.next_due = float("inf")  # nothing is sampled until the draft's vocabulary is known
         self.table: Optional[bytearray] = None  # 1 per target id the draft can propose; None: every id
         self.known = False
         self.in_vocab = 0  # counted so far (on the flush thread)
         self.total = 0
-        self.samples = 0
-        self._lists = deque()  # [per-request token lists of one sampled step] not counted yet
+        self.samples = 0  # sampled steps counted so far
+        self._lists = deque(maxlen=MAX_QUEUED)  # [per-request token lists of one sampled step] not counted yet
         self._pending = deque()  # [(event or None, device, slot, tokens)] device counts on their way
         self._device = {}  # device -> (mask, device counts, host counts, free slots)
         self._counting = Lock()  # the flush thread and a periodic tick on the hot path may count at once
@@ -42,23 +42,16 @@ class VocabCoverage:
         self.known = True
         self.next_due = 0.0
 
-    def due(self) -> bool:
-        """Whether this verify step is sampled (the hot path compares next_due with the clock before calling)."""
-        now = self._clock()
-        if now < self.next_due:
-            return False
-        self.next_due = (now // self.interval + 1) * self.interval
-        if len(self._lists) >= MAX_QUEUED:  # nothing counts them (no flush thread): memory stays bounded
-            return False
-        self.samples += 1
-        return True
-
-    def add_lists(self, token_lists) -> None:
-        """One sampled step's committed tokens per live request, as SGLang made them (host lists of ints)."""
+    def sample_lists(self, now: float, token_lists) -> None:
+        """A sampled verify step (the caller's clock reading `now` reached next_due): its committed tokens per live
+        request, as SGLang made them (host lists of ints), queued as they are."""
+        self.next_due = now + self.interval
         self._lists.append(token_lists)
 
-    def add_device(self, ids) -> bool:
-        """One sampled step's committed tokens as a 1-D tensor on its device; False when every slot is busy."""
+    def sample_device(self, now: float, ids) -> bool:
+        """A sampled verify step whose committed tokens are a 1-D tensor on their device; False when every slot is
+        busy (this step is skipped)."""
+        self.next_due = now + self.interval
         if self.table is None:  # every id is hot: only the number of tokens counts (a range has that length)
             self._lists.append((range(ids.shape[0]),))
             return True
@@ -105,6 +98,7 @@ class VocabCoverage:
         table = self.table
         lists = self._lists
         while lists:
+            self.samples += 1
             for tokens in lists.popleft():
                 self.total += len(tokens)
                 if table is None:
@@ -117,6 +111,7 @@ class VocabCoverage:
         pending = self._pending
         while pending and (pending[0][0] is None or pending[0][0].query()):
             _, device, slot, tokens = pending.popleft()
+            self.samples += 1
             _, _, host, free = self._device[device]
             self.in_vocab += int(host[slot])  # pinned host memory, already written
             self.total += tokens
