@@ -14,6 +14,9 @@ NO_DUMPS_HINT = ("the probe writes them when EAGLE_PROBE_DUMP_DIR is set (EAGLE_
                  "--search and parity's best matches)")
 
 
+UNKNOWN = "unknown"
+
+
 class DumpError(ValueError):
     """A dump directory or file that cannot be used; the message names it and what is wrong."""
 
@@ -169,4 +172,24 @@ def read_dump_dir(path: str, layers: bool = True, strict: bool = False, modes=(E
     if not found.dumps:
         why = "; ".join(reason for _, reason in found.skipped[:3]) or f"none of forward mode {', '.join(modes)}"
         raise DumpError(f"--dump {path}: no readable eagle-probe dumps ({why})")
+    _one_server(found.dumps, path)
     return found
+
+
+def server_of(dump: Dump) -> Tuple[str, str, int]:
+    """What a dump says served it: (SGLang release, target class, hidden size); "unknown" where it does not say."""
+    meta = dump.meta
+    return str(meta.get("sglang_version") or UNKNOWN), str(meta.get("model_class") or UNKNOWN), dump.hidden_size
+
+
+def _one_server(dumps: List[Dump], path: str) -> None:
+    """Dumps of two releases or two models hold states of other layer conventions or shapes: no command may pool
+    them. DumpError naming each group (its size and a file); the files stay where they are."""
+    groups: Dict[Tuple[str, str, int], List[str]] = {}
+    for dump in dumps:
+        groups.setdefault(server_of(dump), []).append(dump.path)
+    if len(groups) > 1:
+        named = "; ".join(f"SGLang {release}, {model} hidden {hidden}: {len(files)} file(s), e.g. "
+                          f"{os.path.basename(files[0])}" for (release, model, hidden), files in sorted(groups.items()))
+        raise DumpError(f"--dump {path}: mixes dumps of {len(groups)} servers ({named}); give each server's dumps "
+                        f"a directory of their own (a dump file can also be named alone)")

@@ -2,11 +2,14 @@
 forward to its step's resolution (spec-v2 order, overlap, retraction, timeout), files written by the probe's real
 writer read back by the command, and the command's bad inputs (exit 2)."""
 
+import json
 import os
 import socket
 import subprocess
 import sys
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import torch
@@ -156,18 +159,18 @@ def _sequence_states(tokens):
     return table[torch.tensor(tokens)] + 0.01 * torch.arange(len(tokens)).unsqueeze(1)  # depends on the position
 
 
-def _served_files(tmp_path, shift=False):
+def _served_files(tmp_path, shift=False, **meta):
     """An EXTEND dump of a 7-token sequence and a verify dump of its chain at positions 4..6 (2 drafts accepted)."""
     tokens = [11, 12, 13, 14, 15, 16, 17]
     states = _sequence_states(tokens)
     extend = DumpJob({AUX: states, FINAL: states[:, :H], INPUT_IDS: torch.tensor(tokens),
-                      POSITIONS: torch.arange(7)}, _meta("EXTEND"))
+                      POSITIONS: torch.arange(7)}, _meta("EXTEND", **meta))
     aux = states[4:7].clone()
     if shift:
         aux = torch.roll(aux, 1, 0)
     verify = VerifyDumpJob({AUX: aux, FINAL: aux[:, :H], INPUT_IDS: torch.tensor(tokens[4:7]),
-                            POSITIONS: torch.arange(4, 7)}, _meta("TARGET_VERIFY", rows_per_request=3, requests=1),
-                           ["r0"], 3)
+                            POSITIONS: torch.arange(4, 7)},
+                           _meta("TARGET_VERIFY", rows_per_request=3, requests=1, **meta), ["r0"], 3)
     note_step([verify], [_Req("r0", tokens[:3], [tokens[3], tokens[4]])], [2], V2)
     return _write(tmp_path, [extend, verify]), tokens
 
@@ -242,3 +245,78 @@ def test_a_verify_dump_without_its_request_tensors_is_a_clear_error(tmp_path):
                                POSITIONS: torch.arange(3)}, _meta("TARGET_VERIFY"))])
     with pytest.raises(DumpError, match="accepted_drafts"):
         read_verify_rows(str(tmp_path))
+
+
+def test_dumps_of_two_servers_are_refused_and_left_in_place(tmp_path):
+    """A directory holding the dumps of two releases (or two models) is no one server's: every dump command refuses
+    it, naming each group, and moves nothing."""
+    first, _ = _served_files(tmp_path, sglang_version="0.5.23", model_class="DeepseekV3ForCausalLM")
+    other = tmp_path / "other"
+    second, _ = _served_files(other, sglang_version="0.5.8", model_class="DeepseekV3ForCausalLM")
+    for path in second:
+        os.replace(path, tmp_path / ("b-" + os.path.basename(path)))
+    before = sorted(os.listdir(tmp_path))
+    with pytest.raises(DumpError, match=r"mixes dumps of 2 servers \(SGLang 0\.5\.23, DeepseekV3ForCausalLM hidden 8"):
+        read_dump_dir(str(tmp_path))  # replay and parity
+    out = _cli("--dump", str(tmp_path), "--server", "http://127.0.0.1:1")
+    assert out.returncode == 2 and "SGLang 0.5.8" in out.stderr and "SGLang 0.5.23" in out.stderr
+    assert "a directory of their own" in out.stderr and sorted(os.listdir(tmp_path)) == before
+    assert read_verify_rows(first[1]).release == "0.5.23"  # one file named alone is one server's
+
+
+class _Answers(BaseHTTPRequestHandler):
+    routes = {}  # path -> (status, body)
+
+    def do_GET(self):
+        self._answer()
+
+    def do_POST(self):
+        self._answer()
+
+    def _answer(self):
+        status, body = self.routes.get(self.path, (404, "Not Found"))
+        data = body.encode()
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def http_server():
+    """A local HTTP server answering what a test puts in its routes: something other than SGLang."""
+    handler = type("Handler", (_Answers,), {"routes": {}})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", handler.routes
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.parametrize("routes, said", [
+    ({}, "404"),  # a web server that has none of SGLang's routes
+    ({"/server_info": (200, "<html>hello</html>")}, "hello"),  # answers, but not JSON
+    ({"/server_info": (200, json.dumps({"status": "ok"}))}, "status"),  # JSON without SGLang's version
+])
+def test_a_server_that_is_not_sglang_is_named_before_anything_is_sent(tmp_path, http_server, routes, said):
+    url, served = http_server
+    served.update(routes)
+    served["/flush_cache"] = (200, "")  # even a server that would accept the flush is refused first
+    _served_files(tmp_path)
+    before = sorted(os.listdir(tmp_path))
+    out = _cli("--dump", str(tmp_path), "--server", url)
+    assert out.returncode == 2 and "not as an SGLang server" in out.stderr and said in out.stderr
+    assert sorted(os.listdir(tmp_path)) == before
+
+
+def test_a_server_of_another_release_than_the_dumps_is_refused(tmp_path, http_server):
+    url, served = http_server
+    served["/server_info"] = (200, json.dumps({"version": "0.5.8", "model_path": "m"}))
+    _served_files(tmp_path, sglang_version="0.5.23")
+    out = _cli("--dump", str(tmp_path), "--server", url, "--format", "json")
+    assert out.returncode == 2 and out.stdout == ""
+    assert "runs SGLang 0.5.8, but the dumps" in out.stderr and "served by SGLang 0.5.23" in out.stderr

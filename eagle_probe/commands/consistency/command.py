@@ -10,7 +10,8 @@ derived from measured noise (README "Consistency"). The server must be idle, ser
 forwards into DIR.
 
 Exit status: 0 all rows agree, 1 verify_prefill_mismatch (the slot, forward mode, rows (position, step) and the size
-of the difference named), 2 bad input (no dump directory, no verify rows, server unreachable or not dumping).
+of the difference named), 2 bad input (no dump directory, dumps of two servers, no verify rows; a server unreachable,
+not SGLang, of another release than the dumps' or not dumping).
 """
 
 import argparse
@@ -19,10 +20,10 @@ import sys
 
 from ...analysis.consistency import findings as mismatch_findings
 from ...analysis.consistency import tolerance
-from ..dump_files import DumpError
+from ..dump_files import UNKNOWN, DumpError
 from ..output import emit, finding_line
 from .compare import compare_rows
-from .reference import ReferenceFinder, ServerError, prefill_reference
+from .reference import ReferenceFinder, ServerError, prefill_reference, server_release
 from .rows import read_verify_rows
 
 
@@ -54,6 +55,10 @@ def _slot_summary(diffs) -> list:
 def check(dump_dir: str, server: str, max_sequences: int = 32, wait_s: float = 30.0) -> dict:
     """The report; raises DumpError or ServerError for bad input."""
     found = read_verify_rows(dump_dir)
+    served = server_release(server)
+    if found.release not in (served, UNKNOWN):  # another release may capture other layers: no reference
+        raise ServerError(f"--server {server} runs SGLang {served}, but the dumps in {dump_dir} were served by SGLang "
+                          f"{found.release}: the reference must be the server that served them")
     chosen = found.rows[:max_sequences]
     dtype = chosen[0].dtype
     every = max(rows.dump_every for rows in chosen)

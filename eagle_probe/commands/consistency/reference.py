@@ -15,9 +15,9 @@ class ServerError(RuntimeError):
     """The server cannot be used as the reference; the message says why."""
 
 
-def _call(url: str, path: str, payload=None, timeout: float = 120.0):
+def _call(url: str, path: str, payload=None, timeout: float = 120.0, method: str = "POST"):
     data = None if payload is None else json.dumps(payload).encode()
-    request = urllib.request.Request(url.rstrip("/") + path, data=data, method="POST",
+    request = urllib.request.Request(url.rstrip("/") + path, data=data, method=method,
                                      headers={"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
@@ -27,6 +27,21 @@ def _call(url: str, path: str, payload=None, timeout: float = 120.0):
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         raise ServerError(f"--server {url}: unreachable ({reason})") from None
+
+
+def server_release(url: str) -> str:
+    """The SGLang release the server runs: GET /server_info's `version` (SGLang 0.5.8 to 0.5.23 answer it). A server
+    that answers otherwise is not SGLang (or not one this command can use): ServerError saying what it answered."""
+    status, body = _call(url, "/server_info", timeout=30.0, method="GET")
+    try:
+        info = json.loads(body) if status == 200 else None
+    except json.JSONDecodeError:
+        info = None
+    version = info.get("version") if isinstance(info, dict) else None
+    if not isinstance(version, str) or not version:
+        raise ServerError(f"--server {url}: answers, but not as an SGLang server (GET /server_info: {status}, "
+                          f"{body.strip()[:120]!r}; SGLang answers a JSON object with its 'version')")
+    return version
 
 
 def flush_cache(url: str, tries: int = 20, pause_s: float = 0.5) -> None:

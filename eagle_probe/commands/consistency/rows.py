@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from typing import List, Tuple
 
 from ...dump_format import ACCEPTED, AUX, INPUT_IDS, POSITIONS, PREFIX_COUNTS, PREFIX_IDS, VERIFY_MODE
-from ..dump_files import DumpError, read_dump_dir
+from ..dump_files import DumpError, read_dump_dir, server_of
 
 NO_VERIFY_HINT = ("serve with EAGLE_PROBE_DUMP_MODES=extend,target_verify (eagle-probe run --dump-modes "
                   "extend,target_verify) and eager verify forwards (CUDA-graph replays are not dumped)")
@@ -33,6 +33,7 @@ class VerifySet:
     dumps: int  # verify dumps read
     unknown: int  # requests whose accepted rows were not known (not compared)
     skipped: List[Tuple[str, str]]  # unreadable files
+    release: str  # the SGLang release that served them (one: the reader refuses a mix)
 
 
 def _requests(dump) -> List[VerifyRows]:
@@ -75,4 +76,4 @@ def read_verify_rows(path: str) -> VerifySet:
     if not rows:
         raise DumpError(f"--dump {path}: {len(found.dumps)} {VERIFY_MODE} dump(s), but no request's committed rows "
                         f"are known in any (each request's verify step must be resolved within the probe's wait)")
-    return VerifySet(rows, len(found.dumps), unknown, found.skipped)
+    return VerifySet(rows, len(found.dumps), unknown, found.skipped, server_of(found.dumps[0])[0])
