@@ -19,7 +19,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from eagle_probe.analysis.consistency import VERIFY_PREFILL_MISMATCH, tolerance
+from eagle_probe.commands.consistency.reference import server_release
 from eagle_probe.commands.consistency.rows import read_verify_rows
+from eagle_probe.versions import installed_sglang_version
 from sglang_cpu.draft_models import build_case
 
 from .conftest import start_spec_server
@@ -65,11 +67,17 @@ def _settled(directory, quiet_s=3.0, timeout_s=60.0):
 
 
 def _consistency(dumps, server):
+    started = time.monotonic()
     out = subprocess.run([sys.executable, "-m", "eagle_probe.commands.cli", "consistency", "--dump", dumps,
                           "--server", server.base_url, "--format", "json", "--max-sequences", "64"],
                          capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=ROOT), timeout=900)
     assert out.returncode in (0, 1), out.stderr
-    return out.returncode, json.loads(out.stdout)
+    report = json.loads(out.stdout)
+    # its own cost, measured: within the time the process took, most of it the server's reference prefills
+    cost = report["cost"]
+    assert 0 < cost["compare_s"] < cost["prefill_s"] <= cost["total_s"] < time.monotonic() - started
+    assert cost["verify_forwards"] == len({rows.path for rows in read_verify_rows(dumps).rows})
+    return out.returncode, report
 
 
 def test_clean_server_no_false_alarm_then_shifted_verify_rows_named(served):
@@ -79,8 +87,10 @@ def test_clean_server_no_false_alarm_then_shifted_verify_rows_named(served):
     clean = read_verify_rows(dumps)
     assert clean.dumps >= 8 and clean.unknown == 0  # every dumped request's step was resolved and matched
     assert any(len(rows.positions) >= 1 and len(rows.tokens) > len(rows.positions) for rows in clean.rows)
+    # the server answers as SGLang, of the release that wrote the dumps (consistency asks before sending anything)
+    assert server_release(server.base_url) == installed_sglang_version() == clean.release
     code, report = _consistency(dumps, server)
-    print("clean:", json.dumps({k: report[k] for k in ("rows_compared", "prefills", "slots", "tolerance")}))
+    print("clean:", json.dumps({k: report[k] for k in ("rows_compared", "prefills", "slots", "tolerance", "cost")}))
     assert code == 0 and report["findings"] == [] and report["exit_status"] == 0
     assert report["rows_compared"] >= len(clean.rows) and len(report["slots"]) == SLOTS
     # real float32 noise between the two paths, well inside the tolerance (the README's measured figure)

@@ -17,6 +17,7 @@ not SGLang, of another release than the dumps' or not dumping).
 import argparse
 import os
 import sys
+import time
 
 from ...analysis.consistency import findings as mismatch_findings
 from ...analysis.consistency import tolerance
@@ -54,7 +55,9 @@ def _slot_summary(diffs) -> list:
 
 def check(dump_dir: str, server: str, max_sequences: int = 32, wait_s: float = 30.0) -> dict:
     """The report; raises DumpError or ServerError for bad input."""
+    started = time.perf_counter()
     found = read_verify_rows(dump_dir)
+    read_s = time.perf_counter() - started
     served = server_release(server)
     if found.release not in (served, UNKNOWN):  # another release may capture other layers: no reference
         raise ServerError(f"--server {server} runs SGLang {served}, but the dumps in {dump_dir} were served by SGLang "
@@ -64,12 +67,19 @@ def check(dump_dir: str, server: str, max_sequences: int = 32, wait_s: float = 3
     every = max(rows.dump_every for rows in chosen)
     finder = ReferenceFinder(dump_dir if os.path.isdir(dump_dir) else os.path.dirname(dump_dir) or ".")
     references, diffs = {}, []
+    prefill_s = compare_s = 0.0
     for rows in chosen:
         key = (rows.tokens, rows.tp_rank)
         if key not in references:
+            start = time.perf_counter()
             references[key] = prefill_reference(server, finder, rows.tokens, rows.tp_rank, every, wait_s)
+            prefill_s += time.perf_counter() - start
+        start = time.perf_counter()
         diffs.extend(compare_rows(rows, references[key]))
+        compare_s += time.perf_counter() - start
     results = mismatch_findings(diffs, dtype)
+    total_s = time.perf_counter() - started
+    forwards = len({rows.path for rows in chosen})  # the dumped verify forwards compared
     return {
         "exit_status": 1 if results else 0, "dump": dump_dir, "server": server, "dtype": dtype,
         "tolerance": tolerance(dtype), "verify_dumps": found.dumps, "requests_compared": len(chosen),
@@ -79,6 +89,10 @@ def check(dump_dir: str, server: str, max_sequences: int = 32, wait_s: float = 3
         "findings": [{"code": f.code, "severity": f.severity, "message": f.message, "evidence": f.evidence_dict()}
                      for f in results],
         "skipped": [{"path": p, "why": why} for p, why in found.skipped],
+        # what this command cost: the reference prefills (the server's work and the wait for its dump) dominate
+        "cost": {"total_s": round(total_s, 3), "read_s": round(read_s, 3), "prefill_s": round(prefill_s, 3),
+                 "compare_s": round(compare_s, 3), "verify_forwards": forwards,
+                 "per_verify_forward_s": round(total_s / max(forwards, 1), 3)},
     }
 
 
@@ -96,6 +110,10 @@ def render(result: dict) -> str:
         lines.append(f"  {result['requests_not_compared']} more left out (--max-sequences)")
     lines += [finding_line(f) for f in result["findings"]] or ["no mismatch: verify rows equal prefill within the "
                                                                "tolerance"]
+    cost = result["cost"]
+    lines.append(f"cost: {cost['total_s']:.2f} s for {cost['verify_forwards']} dumped verify forward(s), "
+                 f"{cost['per_verify_forward_s']:.2f} s each (reading {cost['read_s']:.2f} s, reference prefills "
+                 f"{cost['prefill_s']:.2f} s, comparing {cost['compare_s']:.2f} s)")
     return "\n".join(lines)
 
 
