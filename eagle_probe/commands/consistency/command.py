@@ -89,7 +89,7 @@ def check(dump_dir: str, server: str, max_sequences: int = 32, wait_s: float = 3
         "findings": [{"code": f.code, "severity": f.severity, "message": f.message, "evidence": f.evidence_dict()}
                      for f in results],
         "skipped": [{"path": p, "why": why} for p, why in found.skipped],
-        # what this command cost: the reference prefills (the server's work and the wait for its dump) dominate
+        # what this command cost (reading includes loading torch; a prefill, the server's work and its dump's wait)
         "cost": {"total_s": round(total_s, 3), "read_s": round(read_s, 3), "prefill_s": round(prefill_s, 3),
                  "compare_s": round(compare_s, 3), "verify_forwards": forwards,
                  "per_verify_forward_s": round(total_s / max(forwards, 1), 3)},
