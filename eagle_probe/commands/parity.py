@@ -13,8 +13,6 @@ import argparse
 import json
 import sys
 import time
-import urllib.error
-import urllib.request
 from typing import Dict, List, Optional
 
 from .. import versions
@@ -24,6 +22,7 @@ from ..analysis.layers import capture_label
 from . import target_family
 from .dump_files import DumpError, read_dump_dir
 from .output import finding_line, fix_lines
+from .sglang_server import ServerError, generate, server_release
 from .specforge_data import DataError, read_samples
 
 # Training features are prefill without CUDA graphs; served prefill may run other kernels or batch shapes: close,
@@ -151,18 +150,13 @@ def ids_to_set(report: dict, num_layers: int, release: Optional[str], resolved) 
     return out
 
 
-def send_samples(url: str, samples, n: int, timeout: float = 120.0) -> int:
-    """POST the first n samples' input ids to SGLang's /generate (one new token each); returns how many answered."""
-    sent = 0
+def send_samples(url: str, samples, n: int) -> int:
+    """Prefill the first n samples' input ids on the SGLang server at `url` (one new token each), once it has
+    answered as SGLang; returns how many were sent. ServerError for a server that cannot be used."""
+    server_release(url)
     for sample in samples[:n]:
-        body = json.dumps({"input_ids": [int(t) for t in sample.input_ids],
-                           "sampling_params": {"max_new_tokens": 1, "temperature": 0}}).encode()
-        request = urllib.request.Request(url.rstrip("/") + "/generate", data=body,
-                                         headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            response.read()
-        sent += 1
-    return sent
+        generate(url, [int(t) for t in sample.input_ids])
+    return min(n, len(samples))
 
 
 def render(report: dict, found: list) -> str:
@@ -197,8 +191,8 @@ def run(args) -> int:
         if args.server:
             try:
                 send_samples(args.server, data.samples, args.n)
-            except (urllib.error.URLError, OSError) as exc:
-                print(f"eagle-probe parity: --server {args.server}: {exc}", file=sys.stderr)
+            except ServerError as exc:
+                print(f"eagle-probe parity: {exc}", file=sys.stderr)
                 return 2
             time.sleep(1.0)  # the probe's writer thread finishes the last file
         dumps = read_dump_dir(args.dump)

@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from eagle_probe.analysis.consistency import VERIFY_PREFILL_MISMATCH, tolerance
-from eagle_probe.commands.consistency.reference import server_release
+from eagle_probe.commands.sglang_server import server_release
 from eagle_probe.commands.consistency.rows import read_verify_rows
 from eagle_probe.versions import installed_sglang_version
 from sglang_cpu.draft_models import build_case

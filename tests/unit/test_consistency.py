@@ -7,9 +7,7 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import torch
@@ -264,57 +262,24 @@ def test_dumps_of_two_servers_are_refused_and_left_in_place(tmp_path):
     assert read_verify_rows(first[1]).release == "0.5.23"  # one file named alone is one server's
 
 
-class _Answers(BaseHTTPRequestHandler):
-    routes = {}  # path -> (status, body)
-
-    def do_GET(self):
-        self._answer()
-
-    def do_POST(self):
-        self._answer()
-
-    def _answer(self):
-        status, body = self.routes.get(self.path, (404, "Not Found"))
-        data = body.encode()
-        self.send_response(status)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        pass
-
-
-@pytest.fixture
-def http_server():
-    """A local HTTP server answering what a test puts in its routes: something other than SGLang."""
-    handler = type("Handler", (_Answers,), {"routes": {}})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}", handler.routes
-    server.shutdown()
-    server.server_close()
-
-
 @pytest.mark.parametrize("routes, said", [
     ({}, "404"),  # a web server that has none of SGLang's routes
     ({"/server_info": (200, "<html>hello</html>")}, "hello"),  # answers, but not JSON
     ({"/server_info": (200, json.dumps({"status": "ok"}))}, "status"),  # JSON without SGLang's version
 ])
 def test_a_server_that_is_not_sglang_is_named_before_anything_is_sent(tmp_path, http_server, routes, said):
-    url, served = http_server
+    url, served, seen = http_server
     served.update(routes)
     served["/flush_cache"] = (200, "")  # even a server that would accept the flush is refused first
     _served_files(tmp_path)
     before = sorted(os.listdir(tmp_path))
     out = _cli("--dump", str(tmp_path), "--server", url)
     assert out.returncode == 2 and "not as an SGLang server" in out.stderr and said in out.stderr
-    assert sorted(os.listdir(tmp_path)) == before
+    assert sorted(os.listdir(tmp_path)) == before and seen == [("GET", "/server_info")]
 
 
 def test_a_server_of_another_release_than_the_dumps_is_refused(tmp_path, http_server):
-    url, served = http_server
+    url, served, _ = http_server
     served["/server_info"] = (200, json.dumps({"version": "0.5.8", "model_path": "m"}))
     _served_files(tmp_path, sglang_version="0.5.23")
     out = _cli("--dump", str(tmp_path), "--server", url, "--format", "json")

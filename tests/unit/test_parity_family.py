@@ -77,3 +77,23 @@ def test_unserved_target_and_bad_target(tmp_path, capsys):
     assert report["ids_to_set"]["ids"] is None and "OPTForCausalLM" in report["ids_to_set"]["impossible"]
     code, _, err = parity(capsys, "--data", data, "--dump", dumps, "--target", str(tmp_path / "missing"))
     assert code == 2 and "missing" in err
+
+
+def test_server_that_is_not_sglang_gets_no_samples(tmp_path, capsys, http_server):
+    url, served, seen = http_server
+    served["/generate"] = (200, "{}")  # it would even take them
+    data, dumps = write_inputs(tmp_path)
+    code, report, err = parity(capsys, "--data", data, "--dump", dumps, "--server", url)
+    assert code == 2 and report is None
+    assert f"--server {url}: answers, but not as an SGLang server (GET /server_info: 404" in err
+    assert seen == [("GET", "/server_info")]
+
+
+def test_samples_sent_to_an_sglang_server_then_compared(tmp_path, capsys, http_server):
+    url, served, seen = http_server
+    served["/server_info"] = (200, json.dumps({"version": "0.5.23"}))
+    served["/generate"] = (200, json.dumps({"text": "x"}))
+    data, dumps = write_inputs(tmp_path)
+    code, report, _ = parity(capsys, "--data", data, "--dump", dumps, "--server", url, "-n", "4")
+    assert code == 0 and report["positions_matched"] == SEQ
+    assert seen == [("GET", "/server_info"), ("POST", "/generate")]  # the one sample there is

@@ -24,7 +24,8 @@ from ...analysis.consistency import tolerance
 from ..dump_files import UNKNOWN, DumpError
 from ..output import emit, finding_line
 from .compare import compare_rows
-from .reference import ReferenceFinder, ServerError, prefill_reference, server_release
+from ..sglang_server import ServerError, server_release
+from .reference import ReferenceFinder, prefill_reference
 from .rows import read_verify_rows
 
 

@@ -1,0 +1,42 @@
+"""Shared fixtures of the unit tests."""
+
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+
+class _Answers(BaseHTTPRequestHandler):
+    routes = {}  # path -> (status, body)
+    seen = []  # (method, path) of every request, in order
+
+    def do_GET(self):
+        self._answer()
+
+    def do_POST(self):
+        self._answer()
+
+    def _answer(self):
+        self.seen.append((self.command, self.path))
+        status, body = self.routes.get(self.path, (404, "Not Found"))
+        data = body.encode()
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def http_server():
+    """A local HTTP server answering what a test puts in its routes (something other than SGLang): (its URL, its
+    routes, the requests it saw)."""
+    handler = type("Handler", (_Answers,), {"routes": {}, "seen": []})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", handler.routes, handler.seen
+    server.shutdown()
+    server.server_close()
