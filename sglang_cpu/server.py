@@ -22,6 +22,7 @@ import time
 import urllib.error
 import urllib.request
 
+STOP_GRACE_S = 15.0  # SGLangServer.stop: seconds between SIGTERM to the process group and SIGKILL of what is left
 SITE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "site")
 
 BASE_ARGS = (
@@ -254,7 +255,7 @@ class SGLangServer:
     def is_running(self):
         return self.proc is not None and self.proc.poll() is None
 
-    def stop(self, grace=15.0):
+    def stop(self, grace=STOP_GRACE_S):
         """SIGTERM the whole process group, then SIGKILL what is left. Safe to call twice."""
         proc = self.proc
         if proc is not None:
