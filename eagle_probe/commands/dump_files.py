@@ -3,6 +3,7 @@ checks. A file that is not a usable dump raises DumpError naming the file and wh
 
 import json
 import os
+import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Tuple
 
@@ -152,6 +153,24 @@ def dump_paths(path: str) -> Tuple[str, List[str]]:
     if not names:
         raise DumpError(f"--dump {path}: no dump files (*{SUFFIX}) in this directory; {NO_DUMPS_HINT}")
     return path, [os.path.join(path, name) for name in names]
+
+
+def wait_until_written(directory: str, quiet_s: float = 1.0, timeout_s: float = 60.0) -> bool:
+    """Wait for the probe's writer thread, which writes a dump after the forward that made it (and holds a verify
+    dump until its step resolved): until no file under `directory` appeared, grew or was still being written (a
+    .tmp) for quiet_s. False when timeout_s passed first (what is there is read all the same)."""
+    deadline, last, since = time.monotonic() + timeout_s, None, time.monotonic()
+    while time.monotonic() < deadline:
+        try:
+            listing = sorted((entry.name, entry.stat().st_size) for entry in os.scandir(directory))
+        except OSError:
+            listing = []  # not there yet, or a file replaced while listed: look again
+        if listing != last:
+            last, since = listing, time.monotonic()
+        elif time.monotonic() - since >= quiet_s and not any(name.endswith(".tmp") for name, _ in listing):
+            return True
+        time.sleep(0.1)
+    return False
 
 
 def read_dump_dir(path: str, layers: bool = True, strict: bool = False, modes=(EXTEND_MODE,)) -> DumpSet:

@@ -12,7 +12,6 @@ server whose probe dumps every EXTEND forward into --dump.
 import argparse
 import json
 import sys
-import time
 from typing import Dict, List, Optional
 
 from .. import versions
@@ -20,7 +19,7 @@ from ..analysis.draft_rules import ids_for_capture
 from ..analysis.findings import aux_value_mismatch_finding
 from ..analysis.layers import capture_label
 from . import target_family
-from .dump_files import DumpError, read_dump_dir
+from .dump_files import DumpError, read_dump_dir, wait_until_written
 from .output import finding_line, fix_lines
 from .sglang_server import ServerError, generate, server_release
 from .specforge_data import DataError, read_samples
@@ -194,7 +193,7 @@ def run(args) -> int:
             except ServerError as exc:
                 print(f"eagle-probe parity: {exc}", file=sys.stderr)
                 return 2
-            time.sleep(1.0)  # the probe's writer thread finishes the last file
+            wait_until_written(args.dump)
         dumps = read_dump_dir(args.dump)
         report = compare(data.samples, dumps.dumps)
     except (DataError, DumpError) as exc:

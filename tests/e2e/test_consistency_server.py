@@ -21,6 +21,7 @@ import pytest
 from eagle_probe.analysis.consistency import VERIFY_PREFILL_MISMATCH, tolerance
 from eagle_probe.commands.sglang_server import server_release
 from eagle_probe.commands.consistency.rows import read_verify_rows
+from eagle_probe.commands.dump_files import wait_until_written
 from eagle_probe.versions import installed_sglang_version
 from sglang_cpu.draft_models import build_case
 
@@ -53,19 +54,6 @@ def _serve(server, prompts):
         list(pool.map(lambda p: server.generate(p[0], p[1]), prompts))
 
 
-def _settled(directory, quiet_s=3.0, timeout_s=60.0):
-    """Wait until no new dump file appeared for quiet_s (the writer holds a verify dump until its step resolved)."""
-    deadline, last, since = time.monotonic() + timeout_s, None, time.monotonic()
-    while time.monotonic() < deadline:
-        names = sorted(os.listdir(directory)) if os.path.isdir(directory) else []
-        if names != last:
-            last, since = names, time.monotonic()
-        elif time.monotonic() - since >= quiet_s:
-            return names
-        time.sleep(0.2)
-    return last
-
-
 def _consistency(dumps, server):
     started = time.monotonic()
     out = subprocess.run([sys.executable, "-m", "eagle_probe.commands.cli", "consistency", "--dump", dumps,
@@ -83,7 +71,7 @@ def _consistency(dumps, server):
 def test_clean_server_no_false_alarm_then_shifted_verify_rows_named(served):
     server, dumps, flag, root = served
     _serve(server, CLEAN_PROMPTS)
-    _settled(dumps)
+    wait_until_written(dumps, quiet_s=3.0)
     clean = read_verify_rows(dumps)
     assert clean.dumps >= 8 and clean.unknown == 0  # every dumped request's step was resolved and matched
     assert any(len(rows.positions) >= 1 and len(rows.tokens) > len(rows.positions) for rows in clean.rows)
@@ -104,7 +92,7 @@ def test_clean_server_no_false_alarm_then_shifted_verify_rows_named(served):
     open(flag, "w").close()
     try:
         _serve(server, FAULT_PROMPTS)
-        _settled(dumps)
+        wait_until_written(dumps, quiet_s=3.0)
     finally:
         os.unlink(flag)
     faulty = read_verify_rows(dumps)

@@ -7,7 +7,7 @@ import pytest
 
 
 class _Answers(BaseHTTPRequestHandler):
-    routes = {}  # path -> (status, body)
+    routes = {}  # path -> (status, body), or a function of no arguments returning them (called per request)
     seen = []  # (method, path) of every request, in order
 
     def do_GET(self):
@@ -18,7 +18,8 @@ class _Answers(BaseHTTPRequestHandler):
 
     def _answer(self):
         self.seen.append((self.command, self.path))
-        status, body = self.routes.get(self.path, (404, "Not Found"))
+        answer = self.routes.get(self.path, (404, "Not Found"))
+        status, body = answer() if callable(answer) else answer
         data = body.encode()
         self.send_response(status)
         self.send_header("Content-Length", str(len(data)))

@@ -3,6 +3,8 @@ all-layer dumps; the comparison itself is proven on SGLang's real classes in tes
 
 import json
 import os
+import shutil
+import threading
 
 import torch
 from safetensors.torch import save_file
@@ -97,3 +99,37 @@ def test_samples_sent_to_an_sglang_server_then_compared(tmp_path, capsys, http_s
     code, report, _ = parity(capsys, "--data", data, "--dump", dumps, "--server", url, "-n", "4")
     assert code == 0 and report["positions_matched"] == SEQ
     assert seen == [("GET", "/server_info"), ("POST", "/generate")]  # the one sample there is
+
+
+def test_samples_sent_then_the_dump_written_after_the_answer_is_waited_for(tmp_path, capsys, http_server):
+    # the probe's writer thread writes a dump after the forward that made it, so after SGLang answered: as it does,
+    # the file appears (written as .tmp, then renamed) a while after /generate answered, and is read all the same
+    url, served, seen = http_server
+    data, dumps = write_inputs(tmp_path)
+    [name] = os.listdir(dumps)
+    held = str(tmp_path / name)
+    shutil.move(os.path.join(dumps, name), held)
+
+    def write_later():
+        tmp = os.path.join(dumps, name + ".tmp")
+        shutil.copy(held, tmp)
+        threading.Timer(0.8, os.replace, (tmp, os.path.join(dumps, name))).start()
+
+    def generated():
+        threading.Timer(0.4, write_later).start()
+        return 200, json.dumps({"text": "x"})
+
+    served["/server_info"] = (200, json.dumps({"version": "0.5.23"}))
+    served["/generate"] = generated
+    code, report, err = parity(capsys, "--data", data, "--dump", dumps, "--server", url)
+    assert code == 0 and report["positions_matched"] == SEQ, err
+
+
+def test_a_dump_still_being_written_is_waited_for_until_the_timeout(tmp_path):
+    from eagle_probe.commands.dump_files import wait_until_written
+
+    (tmp_path / "a.safetensors.tmp").write_bytes(b"x")
+    assert not wait_until_written(str(tmp_path), quiet_s=0.2, timeout_s=1.0)
+    os.remove(tmp_path / "a.safetensors.tmp")
+    (tmp_path / "a.safetensors").write_bytes(b"x")
+    assert wait_until_written(str(tmp_path), quiet_s=0.2, timeout_s=1.0)
