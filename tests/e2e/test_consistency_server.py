@@ -43,7 +43,7 @@ def served(tmp_path_factory):
            "EAGLE_PROBE_DUMP_MODES": "extend,target_verify", "SGLANG_CPU_SHIFT_VERIFY_AUX": flag}
     server = start_spec_server(root, "consistency", case, env=env)
     try:
-        yield server, dumps, flag, root
+        yield server, dumps, flag, root, case["target"]
     finally:
         server.stop()
 
@@ -54,22 +54,30 @@ def _serve(server, prompts):
         list(pool.map(lambda p: server.generate(p[0], p[1]), prompts))
 
 
-def _consistency(dumps, server):
+def _consistency(dumps, server=None, target=None):
+    """consistency against the server (its reference prefills) or the offline target; (exit status, report)."""
+    reference = ["--server", server.base_url] if target is None else ["--target", target]
     started = time.monotonic()
-    out = subprocess.run([sys.executable, "-m", "eagle_probe.commands.cli", "consistency", "--dump", dumps,
-                          "--server", server.base_url, "--format", "json", "--max-sequences", "64"],
+    out = subprocess.run([sys.executable, "-m", "eagle_probe.commands.cli", "consistency", "--dump", dumps, *reference,
+                          "--format", "json", "--max-sequences", "64"],
                          capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=ROOT), timeout=900)
     assert out.returncode in (0, 1), out.stderr
     report = json.loads(out.stdout)
-    # its own cost, measured: within the time the process took, most of it the server's reference prefills
+    assert report["reference"] == ("server" if target is None else "target")
+    # its own cost, measured: within the time the process took; with the server most of it its reference prefills
     cost = report["cost"]
-    assert 0 < cost["compare_s"] < cost["prefill_s"] <= cost["total_s"] < time.monotonic() - started
+    parts = cost["read_s"] + cost["load_s"] + cost["prefill_s"] + cost["compare_s"]
+    assert 0 < parts <= cost["total_s"] + 0.01 and cost["total_s"] < time.monotonic() - started
+    if target is None:
+        assert 0 < cost["compare_s"] < cost["prefill_s"]
+    else:
+        assert cost["load_s"] > 0 and cost["prefill_s"] > 0
     assert cost["verify_forwards"] == len({rows.path for rows in read_verify_rows(dumps).rows})
     return out.returncode, report
 
 
 def test_clean_server_no_false_alarm_then_shifted_verify_rows_named(served):
-    server, dumps, flag, root = served
+    server, dumps, flag, root, target = served
     _serve(server, CLEAN_PROMPTS)
     wait_until_written(dumps, quiet_s=3.0)
     clean = read_verify_rows(dumps)
@@ -107,3 +115,19 @@ def test_clean_server_no_false_alarm_then_shifted_verify_rows_named(served):
         assert named and named <= served_rows
         assert finding["evidence"]["largest_rel_diff"] > 100 * tolerance("float32")
         assert "TARGET_VERIFY" in finding["message"] and "position" in finding["message"]
+
+    # the same two dump sets against the offline reference, the target checkpoint's prefill in transformers, once
+    # the server is gone: silent on the clean rows, the same slots and rows named under the fault
+    server.stop()
+    code, report = _consistency(kept, target=target)
+    print("clean, offline:", json.dumps({k: report[k] for k in ("rows_compared", "prefills", "slots", "cost")}))
+    assert code == 0 and report["findings"] == [] and len(report["slots"]) == SLOTS
+    assert all(slot["largest_rel_diff"] <= tolerance("float32") for slot in report["slots"])
+    code, offline = _consistency(dumps, target=target)
+    assert code == 1
+
+    def named(finding):
+        rows = {(r["position"], r["step"]) for r in finding["evidence"]["rows"]}
+        return finding["code"], finding["evidence"]["slot"], rows
+
+    assert [named(f) for f in offline["findings"]] == [named(f) for f in found]

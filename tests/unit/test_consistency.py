@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from eagle_probe.analysis import consistency as rule
-from eagle_probe.commands.consistency.compare import compare_rows
+from eagle_probe.commands.consistency.compare import Reference, compare_rows
 from eagle_probe.commands.consistency.rows import read_verify_rows
 from eagle_probe.commands.dump_files import DumpError, read_dump, read_dump_dir
 from eagle_probe.dump_format import AUX, FINAL, INPUT_IDS, POSITIONS
@@ -157,10 +157,14 @@ def _sequence_states(tokens):
     return table[torch.tensor(tokens)] + 0.01 * torch.arange(len(tokens)).unsqueeze(1)  # depends on the position
 
 
-def _served_files(tmp_path, shift=False, **meta):
-    """An EXTEND dump of a 7-token sequence and a verify dump of its chain at positions 4..6 (2 drafts accepted)."""
-    tokens = [11, 12, 13, 14, 15, 16, 17]
-    states = _sequence_states(tokens)
+SEQUENCE = [11, 12, 13, 14, 15, 16, 17]
+
+
+def _served_files(tmp_path, shift=False, states=None, **meta):
+    """An EXTEND dump of a 7-token sequence and a verify dump of its chain at positions 4..6 (2 drafts accepted);
+    `states` [7, K*H]: the aux states served for it (default: made up from the tokens and positions)."""
+    tokens = SEQUENCE
+    states = _sequence_states(tokens) if states is None else states
     extend = DumpJob({AUX: states, FINAL: states[:, :H], INPUT_IDS: torch.tensor(tokens),
                       POSITIONS: torch.arange(7)}, _meta("EXTEND", **meta))
     aux = states[4:7].clone()
@@ -178,7 +182,7 @@ def test_verify_rows_read_back_and_compare_equal_to_their_prefill(tmp_path):
     found = read_verify_rows(str(tmp_path))
     (rows,) = found.rows
     assert rows.tokens == tuple(tokens) and rows.positions == (4, 5, 6) and rows.step == 40
-    diffs = compare_rows(rows, read_dump(extend_path, layers=False))
+    diffs = compare_rows(rows, Reference.of_dump(read_dump(extend_path, layers=False)))
     assert len(diffs) == 3 * K and max(d.rel_diff for d in diffs) == 0.0
     assert rule.findings(diffs, "float32") == []
     # replay and parity read EXTEND dumps only: the verify dump is left out
@@ -188,7 +192,7 @@ def test_verify_rows_read_back_and_compare_equal_to_their_prefill(tmp_path):
 def test_a_shifted_verify_row_is_named(tmp_path):
     (extend_path, _), _ = _served_files(tmp_path, shift=True)
     (rows,) = read_verify_rows(str(tmp_path)).rows
-    found = rule.findings(compare_rows(rows, read_dump(extend_path, layers=False)), "float32")
+    found = rule.findings(compare_rows(rows, Reference.of_dump(read_dump(extend_path, layers=False))), "float32")
     assert [f.evidence_dict()["slot"] for f in found] == [0, 1, 2]
     assert {(r["position"], r["step"]) for r in found[0].evidence_dict()["rows"]} == {(4, 40), (5, 40), (6, 40)}
 
@@ -285,3 +289,84 @@ def test_a_server_of_another_release_than_the_dumps_is_refused(tmp_path, http_se
     out = _cli("--dump", str(tmp_path), "--server", url, "--format", "json")
     assert out.returncode == 2 and out.stdout == ""
     assert "runs SGLang 0.5.8, but the dumps" in out.stderr and "served by SGLang 0.5.23" in out.stderr
+
+
+# ------------------------------------------------------------------ the offline reference (--target)
+
+
+@pytest.fixture(scope="module")
+def tiny_target(tmp_path_factory):
+    """A tiny transformers Llama checkpoint (hidden size H, 6 layers) and its prefill's hidden_states 2, 4 and 5 of
+    SEQUENCE, as a served aux tensor [7, K*H]."""
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=300, hidden_size=H, intermediate_size=16, num_hidden_layers=6,
+                                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64)
+    model = transformers.LlamaForCausalLM(config).eval()
+    path = str(tmp_path_factory.mktemp("llama"))
+    model.save_pretrained(path)
+    with torch.no_grad():
+        states = model(input_ids=torch.tensor([SEQUENCE]), output_hidden_states=True).hidden_states
+    return path, torch.cat([states[i][0] for i in (2, 4, 5)], -1)
+
+
+def _offline(capsys, *args):
+    from eagle_probe.commands.cli import main
+
+    code = main(["consistency", *args, "--format", "json"])
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err
+    return code, (json.loads(out) if out.strip() else None), err
+
+
+def test_offline_target_agrees_with_its_own_states_and_names_shifted_rows(tmp_path, capsys, tiny_target):
+    target, states = tiny_target
+    _served_files(tmp_path / "clean", states=states)
+    code, report, _ = _offline(capsys, "--dump", str(tmp_path / "clean"), "--target", target)
+    assert code == 0 and report["reference"] == "target" and report["server"] is None
+    assert report["rows_compared"] == 3 and max(s["largest_rel_diff"] for s in report["slots"]) < 1e-12
+    _served_files(tmp_path / "shifted", states=states, shift=True)
+    code, report, _ = _offline(capsys, "--dump", str(tmp_path / "shifted"), "--target", target)
+    assert code == 1 and [f["evidence"]["slot"] for f in report["findings"]] == [0, 1, 2]
+    assert report["cost"]["load_s"] > 0 and report["cost"]["prefill_s"] > 0
+
+
+def test_offline_target_that_is_not_the_served_model(tmp_path, capsys, tiny_target):
+    target, _ = tiny_target
+    _served_files(tmp_path, hf_indices=[2, 4, 7], capture_indices=[2, 4, 7])  # a layer the model does not have
+    code, report, err = _offline(capsys, "--dump", str(tmp_path), "--target", target)
+    assert code == 2 and report is None and "6 layers of hidden size 8" in err and "not the model" in err
+
+
+def test_offline_target_bad_directories(tmp_path, capsys):
+    _served_files(tmp_path / "dumps")
+    dumps = str(tmp_path / "dumps")
+    code, _, err = _offline(capsys, "--dump", dumps, "--target", str(tmp_path / "nope"))
+    assert code == 2 and "nope: not a directory" in err
+    (tmp_path / "empty").mkdir()
+    code, _, err = _offline(capsys, "--dump", dumps, "--target", str(tmp_path / "empty"))
+    assert code == 2 and "no config.json" in err
+    (tmp_path / "empty" / "config.json").write_text(json.dumps({"architectures": ["NoSuchForCausalLM"]}))
+    code, _, err = _offline(capsys, "--dump", dumps, "--target", str(tmp_path / "empty"))
+    assert code == 2 and "no weight files" in err
+    (tmp_path / "empty" / "model.safetensors").write_bytes(b"not a checkpoint")
+    code, _, err = _offline(capsys, "--dump", dumps, "--target", str(tmp_path / "empty"))
+    assert code == 2 and "cannot load it (NoSuchForCausalLM)" in err and "--server" in err
+
+
+def test_offline_target_too_large_for_this_machine_is_refused_before_loading(tmp_path):
+    from eagle_probe.commands.consistency.offline import TargetError, check_fits
+
+    (tmp_path / "model.safetensors").write_bytes(b"x" * 4096)
+    assert check_fits(str(tmp_path), available=1 << 20) == 4096
+    with pytest.raises(TargetError, match=r"more than 80% of the 0\.0 GiB this machine has available: use --server"):
+        check_fits(str(tmp_path), available=4096)
+
+
+def test_server_or_target_exactly_one(tmp_path):
+    _served_files(tmp_path)
+    out = _cli("--dump", str(tmp_path))
+    assert out.returncode == 2 and "one of the arguments --server --target is required" in out.stderr
+    out = _cli("--dump", str(tmp_path), "--server", "http://127.0.0.1:1", "--target", str(tmp_path))
+    assert out.returncode == 2 and "not allowed with argument" in out.stderr

@@ -1,23 +1,38 @@
 """Row by row, slot by slot: the served verify rows against the prefill's rows at the same positions."""
 
-from typing import List
+from dataclasses import dataclass
+from typing import List, Tuple
 
 from ...analysis.consistency import RowDiff, rel_diff
 from ...dump_format import AUX, POSITIONS, VERIFY_MODE
 from ..dump_files import DumpError
 
 
-def compare_rows(served, reference) -> List[RowDiff]:
-    """RowDiffs of `served` (a rows.VerifyRows) against `reference` (the EXTEND Dump of served.tokens)."""
-    ref_positions = [int(v) for v in reference.tensors[POSITIONS].tolist()]
-    if ref_positions != list(range(len(ref_positions))):
-        raise DumpError(f"dump {reference.path}: the reference prefill does not start at position 0 (a cached "
-                        f"prefix was used; /flush_cache did not take effect)")
+@dataclass
+class Reference:
+    """A prefill of a sequence's tokens: the server's EXTEND dump of them, or the offline target's forward."""
+
+    name: str  # where it came from, for errors
+    positions: List[int]  # of its rows
+    aux: object  # [rows, K*H] torch tensor
+    hf_indices: Tuple[int, ...]
+
+    @classmethod
+    def of_dump(cls, dump) -> "Reference":
+        return cls(f"dump {dump.path}", [int(v) for v in dump.tensors[POSITIONS].tolist()], dump.tensors[AUX],
+                   tuple(dump.hf_indices))
+
+
+def compare_rows(served, reference: Reference) -> List[RowDiff]:
+    """RowDiffs of `served` (a rows.VerifyRows) against `reference`, a prefill of served.tokens."""
+    if reference.positions != list(range(len(reference.positions))):
+        raise DumpError(f"{reference.name}: the reference prefill does not start at position 0 (a cached prefix was "
+                        f"used; /flush_cache did not take effect)")
     if tuple(reference.hf_indices) != tuple(served.hf_indices):
-        raise DumpError(f"dump {reference.path}: captures hidden_states {list(reference.hf_indices)}, the verify "
-                        f"dump {served.path} {list(served.hf_indices)}: not the same server configuration")
+        raise DumpError(f"{reference.name}: captures hidden_states {list(reference.hf_indices)}, the verify dump "
+                        f"{served.path} {list(served.hf_indices)}: not the same server configuration")
     hidden = served.hidden_size
-    ref = reference.tensors[AUX].double()
+    ref = reference.aux.double()
     out = []
     for row, position in enumerate(served.positions):
         x = served.aux[row].double()

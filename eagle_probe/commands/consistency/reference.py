@@ -7,6 +7,7 @@ import time
 from ...dump_format import EXTEND_MODE, INPUT_IDS, SUFFIX
 from ..dump_files import DumpError, read_dump
 from ..sglang_server import ServerError, flush_cache, generate
+from .compare import Reference
 
 
 class ReferenceFinder:
@@ -42,7 +43,8 @@ class ReferenceFinder:
             time.sleep(0.1)
 
 
-def prefill_reference(url: str, finder: ReferenceFinder, tokens, tp_rank: int, dump_every: int, wait_s: float):
+def prefill_reference(url: str, finder: ReferenceFinder, tokens, tp_rank: int, dump_every: int,
+                      wait_s: float) -> Reference:
     """The server's EXTEND dump of `tokens` with no cached prefix: sent up to `dump_every` times (the probe dumps
     every dump_every-th EXTEND forward). ServerError when none appears."""
     for _ in range(max(1, dump_every)):
@@ -50,7 +52,7 @@ def prefill_reference(url: str, finder: ReferenceFinder, tokens, tp_rank: int, d
         generate(url, tokens)
         dump = finder.find(tokens, tp_rank, wait_s)
         if dump is not None:
-            return dump
+            return Reference.of_dump(dump)
     raise ServerError(f"--server {url}: sent {len(tokens)} tokens {max(1, dump_every)} time(s), but no EXTEND dump "
                       f"of them appeared in {finder.directory} within {wait_s:g} s each; the server's probe must "
                       f"dump EXTEND forwards there (EAGLE_PROBE_DUMP_MODES=extend,target_verify, ranks incl. "
