@@ -197,7 +197,7 @@ def next_steps(events, check_rows) -> List[str]:
                  f"draft agree with its target on these states, and under which layers?), `eagle-probe parity --data "
                  f"SPECFORGE_DATA --dump {directory}` (are they the states it was trained on?), `eagle-probe "
                  f"consistency --dump {directory} --server http://HOST:PORT` (do verify forwards carry the states a "
-                 f"prefill of the same tokens gives?).")
+                 f"prefill of the same tokens gives? `--target TARGET_DIR` instead: offline, where the model fits).")
     return steps
 
 
