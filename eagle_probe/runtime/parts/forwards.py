@@ -70,11 +70,14 @@ class Forwards(Part):
         self.drafts[key] = self.drafts.get(key, 0) + 1
 
     def flush(self, metrics):
-        """A part the sink refused stays unflushed and is sent again at the next flush."""
+        """A part the sink refused stays unflushed and is sent again at the next flush; one with nothing added since
+        is not sent (most flushes of a steady server add to one series of each)."""
         now = (self.forwards, dict(self.lost), dict(self.drafts))
-        sent = tuple(now[i] if self.out.metric(method, _added(now[i], self._flushed[i])) else self._flushed[i]
-                     for i, method in enumerate(("add_forwards", "add_lost", "add_draft_forwards")))
-        self._flushed = sent
+        sent = []
+        for i, method in enumerate(("add_forwards", "add_lost", "add_draft_forwards")):
+            added = _added(now[i], self._flushed[i])
+            sent.append(now[i] if not added or self.out.metric(method, added) else self._flushed[i])
+        self._flushed = tuple(sent)
 
     def tick(self, now: float, final: bool = False):
         if final and not self.forwards:

@@ -98,6 +98,7 @@ class MetricsSink:
                                     "the draft's vocabulary so far (caps the accept rate).", ())
         self._children = {}
         self._layer_series = {}
+        self._verify_children = {}  # draft positions -> the series add_verify_counts adds to
 
         if self.multiprocess:
             path = os.environ["PROMETHEUS_MULTIPROC_DIR"]
@@ -168,13 +169,21 @@ class MetricsSink:
         if obs.fc_in is not None:
             self._child(self.draft_fc_in_width).set(obs.fc_in)
 
+    def _verify_series(self, positions: int):
+        """The series a flush of verify steps adds to, resolved once per number of draft positions."""
+        series = self._verify_children.get(positions)
+        if series is None:
+            series = [self._child(m) for m in (self.verify_steps, self.drafts, self.draft_tokens, self.accepted,
+                                                 self.accept_length)]
+            series.append([self._child(self.accepted_per_pos, str(k)) for k in range(positions)])
+            self._verify_children[positions] = series
+        return series
+
     def add_verify_counts(self, steps, lengths, per_position, positions):
         """Verify steps since the last flush, aggregated (requests per accepted length, accepted per position)."""
         requests = sum(lengths.values())
-        series = [self._child(m) for m in (self.verify_steps, self.drafts, self.draft_tokens, self.accepted,
-                                             self.accept_length)]
-        per_pos = [self._child(self.accepted_per_pos, str(k)) for k in range(len(per_position))]
-        verify_steps, drafts, draft_tokens, accepted, histogram = series  # all resolved: nothing is added twice
+        # all resolved before the first is increased: nothing is added twice
+        verify_steps, drafts, draft_tokens, accepted, histogram, per_pos = self._verify_series(len(per_position))
         verify_steps.inc(steps)
         if not requests:
             return
