@@ -15,7 +15,7 @@ from ..analysis.config_rules import (EAGLE, EAGLE3, DraftSpec, LaunchSpec, Targe
 from ..analysis.findings import ERROR
 from ..analysis import draft_ids, layers
 from ..analysis.layers import TRAINED_LAYERS_HELP, capture_label
-from .json_files import read_json_object, shown as _shown
+from .json_files import MAX_CONFIG_BYTES, read_json_object, shown as _shown
 from .output import emit, finding_line, fix_lines
 from . import target_family
 from .. import families
@@ -31,7 +31,6 @@ class DoctorInputError(Exception):
 
 # -- reading configs ---------------------------------------------------------------------------------
 
-MAX_CONFIG_BYTES = 10 * 1024 * 1024  # a model's config.json is kilobytes; anything this big is not one
 
 
 def _config_file(path: str, what: str) -> str:

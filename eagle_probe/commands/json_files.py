@@ -8,6 +8,9 @@ import os
 import stat
 
 
+MAX_CONFIG_BYTES = 10 * 1024 * 1024  # a model's config.json is kilobytes; anything this big is not one
+
+
 class _ConflictingKeys(ValueError):
     """A key given twice in one object, with two values."""
 

@@ -133,9 +133,9 @@ class TargetConfigError(ValueError):
 
 def resolve_directory(path: str, version: Optional[Version]) -> TargetFamily:
     """resolve() for a model directory's config.json (or the file itself); TargetConfigError when unreadable."""
-    from .json_files import read_json_object
+    from .json_files import MAX_CONFIG_BYTES, read_json_object
 
     file = os.path.join(path, "config.json") if os.path.isdir(path) else path
     if not os.path.lexists(file):
         raise TargetConfigError(f"target config: {file}: no such file")
-    return resolve(read_json_object(file, "target config", TargetConfigError, 10 * 1024 * 1024), version)
+    return resolve(read_json_object(file, "target config", TargetConfigError, MAX_CONFIG_BYTES), version)

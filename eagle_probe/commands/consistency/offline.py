@@ -6,10 +6,11 @@ HuggingFace's hidden_states[i] is the input of decoder layer i (0: the embedding
 name each aux slot by (`hf_indices`), so a slot is compared with the same layer's states whatever the release's
 capture-id rule."""
 
-import json
 import os
 from typing import Optional, Sequence
 
+from ..json_files import MAX_CONFIG_BYTES, read_json_object
+from ..target_family import architectures
 from .compare import Reference
 
 FIT_SHARE = 0.8  # of the memory available now: weights beyond it leave too little for activations and the dumps
@@ -56,17 +57,12 @@ def check_fits(directory: str, available: Optional[int] = None) -> int:
 
 
 def _architecture(directory: str) -> str:
+    """The class config.json names (for messages), read by the commands' one JSON reader."""
     path = os.path.join(directory, "config.json")
-    try:
-        with open(path, encoding="utf-8") as handle:
-            config = json.load(handle)
-    except FileNotFoundError:
-        raise TargetError(f"--target {directory}: no config.json (a HuggingFace checkpoint directory is needed)") \
-            from None
-    except (OSError, ValueError) as exc:
-        raise TargetError(f"--target {directory}: config.json cannot be read ({exc})") from None
-    archs = config.get("architectures") if isinstance(config, dict) else None
-    return str(archs[0]) if isinstance(archs, list) and archs else "unknown architecture"
+    if not os.path.lexists(path):
+        raise TargetError(f"--target {directory}: no config.json (a HuggingFace checkpoint directory is needed)")
+    names = architectures(read_json_object(path, "--target config", TargetError, MAX_CONFIG_BYTES))
+    return names[0] if names else "unknown architecture"
 
 
 class OfflineTarget:
