@@ -105,7 +105,7 @@ def test_vocab_map_missing_scenario_without_a_finding_is_named(tmp_path, capsys)
     assert "FINDING acceptance_below_training [error]" in text and "No finding explains it" in text
     assert "BELOW what training promised" in text and "eagle-probe run --dump-dir DUMPS --dump-modes " \
         "extend,target_verify" in text
-    assert "eagle-probe consistency --dump DUMPS --server" in text and "eagle-probe replay" in text
+    assert "eagle-probe consistency --dump-dir DUMPS --server" in text and "eagle-probe replay" in text
 
 
 def test_off_by_one_verify_scenario_is_a_warning(tmp_path, capsys):

@@ -193,10 +193,10 @@ def next_steps(events, check_rows) -> List[str]:
     if not dumps:
         steps.append("dumps: run the server again under `eagle-probe run --dump-dir DUMPS --dump-modes "
                      "extend,target_verify ... -- <server command>` and send it traffic.")
-    steps.append(f"`eagle-probe replay --draft DRAFT_DIR --target TARGET_DIR --dump {directory} --search` (does the "
+    steps.append(f"`eagle-probe replay --draft DRAFT_DIR --target TARGET_DIR --dump-dir {directory} --search` (does the "
                  f"draft agree with its target on these states, and under which layers?), `eagle-probe parity --data "
-                 f"SPECFORGE_DATA --dump {directory}` (are they the states it was trained on?), `eagle-probe "
-                 f"consistency --dump {directory} --server http://HOST:PORT` (do verify forwards carry the states a "
+                 f"SPECFORGE_DATA --dump-dir {directory}` (are they the states it was trained on?), `eagle-probe "
+                 f"consistency --dump-dir {directory} --server http://HOST:PORT` (do verify forwards carry the states a "
                  f"prefill of the same tokens gives? `--target TARGET_DIR` instead: offline, where the model fits).")
     return steps
 
