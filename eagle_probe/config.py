@@ -5,7 +5,7 @@ Environment variables are the only channel that reaches SGLang's spawned schedul
 
 import os
 from dataclasses import dataclass
-from typing import Mapping, Optional, Tuple, Union
+from typing import Mapping, Optional, Tuple
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
@@ -45,9 +45,9 @@ class ProbeConfig:
     flush_interval_s: float = 1.0  # counted values reach the Prometheus series at most this late (0: summary/exit)
     log_every_forward: bool = False
     inner_forward: str = "auto"
-    # Training accuracy: one per-token number (0.75), or per-position conditional accuracies (0.75, 0.62, 0.55)
-    # as SpecForge logs them per TTT step (analysis.acceptance.expected_mean_length reads both forms).
-    draft_accuracy: Optional[Union[float, Tuple[float, ...]]] = None
+    # Training accuracy, in one form everywhere: per-position conditional accuracies as SpecForge logs them per TTT
+    # step, (0.75, 0.62, 0.55); one per-token number is the one-position tuple (0.75,), since the last repeats.
+    draft_accuracy: Optional[Tuple[float, ...]] = None
     collapse_ratio: float = 0.6  # observed / expected mean acceptance length under this is a collapse
     collapse_min_drafts: int = 64  # request-steps a window needs before it can be judged
     trained_layers: Optional[str] = None  # e.g. "hf:0,3,31": what the draft was trained on
@@ -166,15 +166,13 @@ def _fraction(env: Mapping[str, str], name: str, default: Optional[float]) -> Op
     return _number(env, name, default, float, lambda v: 0 < v <= 1, "a number in (0, 1]")
 
 
-def format_accuracy(value) -> str:
-    """The EAGLE_PROBE_DRAFT_ACCURACY text of a parsed value (one number, or per-position numbers)."""
-    if isinstance(value, (tuple, list)):
-        return ",".join(repr(float(v)) for v in value)
-    return repr(value)
+def format_accuracy(value: Tuple[float, ...]) -> str:
+    """The EAGLE_PROBE_DRAFT_ACCURACY text of a parsed value."""
+    return ",".join(repr(float(v)) for v in value)
 
 
-def parse_accuracy(raw: str) -> Union[float, Tuple[float, ...]]:
-    """'0.75' -> 0.75; '0.75,0.62,0.55' -> (0.75, 0.62, 0.55). Raises ValueError saying what is wrong."""
+def parse_accuracy(raw: str) -> Tuple[float, ...]:
+    """'0.75' -> (0.75,); '0.75,0.62,0.55' -> (0.75, 0.62, 0.55). Raises ValueError saying what is wrong."""
     import math
 
     parts = raw.split(",")
@@ -189,10 +187,10 @@ def parse_accuracy(raw: str) -> Union[float, Tuple[float, ...]]:
         if not (math.isfinite(value) and 0 < value <= 1):
             raise ValueError(f"position {position}: {part.strip()} is not in (0, 1]")
         values.append(value)
-    return values[0] if len(values) == 1 else tuple(values)
+    return tuple(values)
 
 
-def _accuracy(env: Mapping[str, str], name: str) -> Optional[Union[float, Tuple[float, ...]]]:
+def _accuracy(env: Mapping[str, str], name: str) -> Optional[Tuple[float, ...]]:
     raw = env.get(name)
     if raw is None or raw == "":
         return None
@@ -223,7 +221,7 @@ def _positive_int(env: Mapping[str, str], name: str, default: int) -> int:
 
 
 def _layer_spec(env: Mapping[str, str], name: str) -> Optional[str]:
-    from .analysis.layers import parse_trained_layers
+    from .layer_spec import parse_trained_layers
 
     raw = env.get(name)
     if raw is None or raw == "":
@@ -264,7 +262,7 @@ def read_reference(path: str) -> list:
     """The reference file's slots; raises ValueError (or OSError) naming what is wrong."""
     import json
 
-    from .analysis.fingerprints import parse_reference
+    from .reference_format import parse_reference
 
     with open(path, encoding="utf-8") as handle:
         return parse_reference(json.load(handle))

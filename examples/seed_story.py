@@ -98,8 +98,8 @@ def main():
     show_acceptance(broken, "served as shipped")
 
     print("\n==== 2. which layers was this draft trained on? (replay --search on the dumps) ====")
-    done = probe_cli("replay", "--draft", wrong, "--target", seed.TARGET_PATH, "--dump-dir", broken["dumps"], "--search",
-                     "--format", "json")
+    done = probe_cli("replay", "--draft", wrong, "--target", seed.TARGET_PATH, "--dump-dir", broken["dumps"],
+                     "--search", "--format", "json")
     if done.returncode != 0:
         print(done.stderr)
         return 1

@@ -284,13 +284,12 @@ def draft_config_layer_finding(model_class: str, draft_ids, expected: Sequence[i
 def acceptance_collapse_finding(observed: float, expected: float, accuracy, positions: int,
                                 per_position: Sequence[float], drafts: int, threshold: float,
                                 seen_codes: Sequence[str]) -> Finding:
-    """accuracy: one per-token number or per-position conditional accuracies (analysis.acceptance)."""
+    """accuracy: per-position conditional accuracies (analysis.acceptance)."""
     from .acceptance import describe_accuracy
 
     causes = ", ".join(seen_codes) if seen_codes else "none observed in this process; run `eagle-probe doctor` " \
         "with the target and draft configs and --trained-layers"
-    if not isinstance(accuracy, (int, float)):
-        accuracy = [float(v) for v in accuracy]
+    accuracy = [float(v) for v in accuracy]
     return _finding(
         ACCEPTANCE_COLLAPSE,
         f"mean acceptance length {observed:.2f} tokens per step (bonus included) over {drafts} drafts is "
