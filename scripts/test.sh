@@ -8,6 +8,7 @@ bash scripts/setup.sh
 bash scripts/system-deps.sh
 status=0
 .venv/bin/ruff check . || status=$?  # lint (pyproject.toml: line length 120)
+.venv/bin/mkdocs build --strict -q -d "$(mktemp -d)" || status=$?  # the site: a broken link or missing page fails
 .venv/bin/python -m pytest -q "$@" tests || status=$?
 bash scripts/test-0.5.8.sh || status=$?
 exit "$status"
