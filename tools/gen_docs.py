@@ -152,8 +152,23 @@ def _yes(value: bool) -> str:
     return "yes" if value else "no"
 
 
+# DeepSeek-V3 is served by the other end-to-end tests (test_spec_server.py, test_tp2_server.py, ...).
+SERVED_ELSEWHERE = {"deepseek_v2"}
+
+
+def served_on_the_cpu() -> set:
+    """The families a real CPU server serves in the tests: the family-server test's CASES, and DeepSeek."""
+    import ast
+
+    tree = ast.parse((ROOT / "tests/e2e/test_family_servers.py").read_text(encoding="utf-8"))
+    [cases] = [node.value for node in tree.body if isinstance(node, ast.Assign)
+               and any(isinstance(t, ast.Name) and t.id == "CASES" for t in node.targets)]
+    return {ast.literal_eval(key) for key in cases.keys} | SERVED_ELSEWHERE
+
+
 def families_page() -> str:
     names = families.family_names()
+    served = served_on_the_cpu()
     rows = []
     for name in names:
         cells = []
@@ -168,7 +183,7 @@ def families_page() -> str:
                 f"`{r.inner}`", f"`{r.inner_setter}`" if r.inner_setter else "", r.letter, r.default_ids,
                 _yes(r.embedding_capturable),
                 "raises IndexError" if r.final_raises else _yes(r.final_capturable), r.captures, r.tbo,
-                _yes(r.pp_guard), r.note)
+                _yes(r.pp_guard), "real server" if r.name in served else "contract only", r.note)
                for r in families.FAMILIES]
     rules = [(f"`{versions.format_version(r.first)}`", r.capture_id_rule, r.aux_format,
               _yes(r.graph_setup_uses_default_layers), _yes(r.embedding_capturable),
@@ -184,10 +199,12 @@ def families_page() -> str:
            f"Default set `{families.DEFAULT_FORMULA}`, except rule D: `{families.DEFAULT_PLUS_ONE_FORMULA}`.\n\n",
            "## Family × release\n\nThe rule letter in each release that serves the family; `·` where it does not. "
            "Columns are releases 0.5.x.\n\n", _table(header, rows), "\n",
-           "## Rows\n\n", _table(("family", "releases", "classes (incl. inherited, delegating)", "inner forward",
-                                   "inner setter", "rule", "default ids", "embedding (pos. 0)",
-                                   "final layer (pos. N)", "captures", "TBO drops", "PP guard", "note"), details),
-           "\n",
+           "## Rows\n\n\"proven (CPU)\": *real server* where a real `python -m sglang.launch_server` serves the "
+           "family on the CPU in the tests (tests/e2e/test_family_servers.py, and DeepSeek-V3 in the other e2e "
+           "tests); *contract only* where the contract check over every release's wheel is the proof.\n\n",
+           _table(("family", "releases", "classes (incl. inherited, delegating)", "inner forward", "inner setter",
+                   "rule", "default ids", "embedding (pos. 0)", "final layer (pos. N)", "captures", "TBO drops",
+                   "PP guard", "proven (CPU)", "note"), details), "\n",
            "## Classes without a proven row\n\n`families.UNTABLED`: their captures are reported with the rule "
            "`unverified` (`capture_rule_unverified`).\n\n",
            _table(("class", "why"), [(f"`{c}`", why) for c, why in families.UNTABLED.items()]), "\n",

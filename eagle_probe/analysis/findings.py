@@ -59,7 +59,8 @@ VERIFY_PREFILL_MISMATCH = "verify_prefill_mismatch"  # analysis.consistency (`ea
 
 ERROR, WARNING, INFO = "error", "warning", "info"
 
-# Every code with its severity and one line of meaning (README and tests list these).
+# Every code with its severity and one line of meaning (docs/reference/findings.md is generated from it, with
+# analysis/finding_guide.py).
 CODES = {
     TBO_CAPTURE_LOST: (ERROR, "capture slots fall in the layers Two-Batch-Overlap runs, which never capture"),
     AUX_COUNT_MISMATCH: (ERROR, "the target returned fewer (or more) aux hidden states than configured"),

@@ -1,4 +1,4 @@
-"""Reading the probe's dump files (README: "Dump files"): the one reader `replay` and `parity` share, with one set of
+"""Reading the probe's dump files (docs/values.md): the one reader `replay` and `parity` share, with one set of
 checks. A file that is not a usable dump raises DumpError naming the file and what is wrong, never a traceback."""
 
 import json

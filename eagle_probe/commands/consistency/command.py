@@ -6,9 +6,9 @@ outcome the probe saw, the committed rows (row 0, the pending token, and the acc
 server itself as the reference: its prefix cache is flushed (/flush_cache), the tokens up to and including the last
 committed row are sent again (/generate, one new token), and the EXTEND dump its probe writes of them gives the
 prefill's rows. Each row and aux slot is compared by rel_diff = 1 - 2 Σxy / (Σx² + Σy²) against a tolerance
-derived from measured noise (README "Consistency"). The server must be idle, serve the same model and dump EXTEND
-forwards into DIR. `--target MODEL_DIR` instead takes the target checkpoint's own prefill in transformers on this
-machine as the reference (offline.py), where the model fits its memory; no server is needed.
+derived from measured noise (docs/commands/consistency.md). The server must be idle, serve the same model and
+dump EXTEND forwards into DIR. `--target MODEL_DIR` instead takes the target checkpoint's own prefill in
+transformers on this machine as the reference (offline.py), where the model fits its memory; no server is needed.
 
 Exit status: 0 all rows agree, 1 verify_prefill_mismatch (the slot, forward mode, rows (position, step) and the size
 of the difference named), 2 bad input (no dump directory, dumps of two servers, no verify rows; a server unreachable,
