@@ -41,6 +41,10 @@ def _table(header, rows) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _sentence(text: str) -> str:
+    return text[0].upper() + text[1:] + ("" if text.endswith(".") else ".")
+
+
 def findings_page() -> str:
     out = [GENERATED.format(source="eagle_probe/analysis/findings.py (CODES) and analysis/finding_guide.py"),
            "# Findings\n\n",
@@ -50,11 +54,10 @@ def findings_page() -> str:
            _table(("code", "severity", "raised by", "in one line"),
                   [(f"[`{code}`](#{code})", severity, GUIDE[code].raised_by, line)
                    for code, (severity, line) in CODES.items()]), "\n"]
-    for code, (severity, line) in CODES.items():
+    for code, (severity, _) in CODES.items():
         guide = GUIDE[code]
         out.append(f"## `{code}` {{#{code}}}\n\n**{severity}** · raised by {guide.raised_by}\n\n"
-                   f"{line[0].upper() + line[1:]}.\n\n**What it means.** {guide.detail}.\n\n"
-                   f"**Fix.** {guide.fix[0].upper() + guide.fix[1:]}.\n\n")
+                   f"**What it means.** {_sentence(guide.detail)}\n\n**Fix.** {_sentence(guide.fix)}\n\n")
     return "".join(out).rstrip("\n") + "\n"
 
 

@@ -100,8 +100,8 @@ GUIDE = {
         "the target checkpoint; equal embeddings, the usual draft, give no finding), or its `lm_head` (no "
         "`draft_vocab_size`) is replaced by the target's; where the target checkpoint is not a local directory it "
         "says so at info level. Severity warning, info when not compared",
-        "train the draft with the target's embedding, or serve it where SGLang keeps the draft's own (a "
-        "`target_hidden_size` that differs from `hidden_size`)"),
+        "check that the draft was trained with this target's embedding (and its lm_head, where the config has no "
+        "`draft_vocab_size`): SGLang serves it with the target's, not the checkpoint's own"),
     F.PP_STAGE_NO_CAPTURE: Guide(
         "doctor",
         "capture ids on pipeline stages other than the last are never captured",
