@@ -15,7 +15,8 @@ def parse_args(doc: str) -> argparse.Namespace:
     """--out (made empty: an example's output is all from this run) and --start-timeout for its servers."""
     parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default=os.path.join(ROOT, "out", "example"))
-    parser.add_argument("--start-timeout", type=float, default=900)
+    parser.add_argument("--start-timeout", type=float, default=None,
+                        help="seconds a server may take to start (default: sglang_cpu.server.STARTUP_TIMEOUT_S)")
     args = parser.parse_args()
     args.out = os.path.abspath(args.out)
     shutil.rmtree(args.out, ignore_errors=True)

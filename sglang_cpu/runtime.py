@@ -39,11 +39,11 @@ mask is the causal mask; trees are out of scope on the CPU anyway (see the note)
 
 from __future__ import annotations
 
-import socket
 from dataclasses import dataclass, field
 from typing import List, Optional, Sequence
 
 from sglang_cpu import shims
+from sglang_cpu.ports import process_port
 
 shims.apply()
 
@@ -52,10 +52,6 @@ import torch  # noqa: E402
 _initialized = False
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def init_runtime(torch_compile: bool = False, **server_args_overrides) -> None:
@@ -98,8 +94,8 @@ def init_runtime(torch_compile: bool = False, **server_args_overrides) -> None:
             rank=0,
             local_rank=0,
             backend="gloo",
-            # a fresh port: several test processes may run side by side
-            distributed_init_method=f"tcp://127.0.0.1:{_free_port()}",
+            # a port held for this process, outside the ephemeral range: several test processes run side by side
+            distributed_init_method=f"tcp://127.0.0.1:{process_port()}",
         )
     if not model_parallel_is_initialized():
         initialize_model_parallel(backend="gloo")

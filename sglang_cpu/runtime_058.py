@@ -14,7 +14,8 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from sglang_cpu import runtime as _base
-from sglang_cpu.runtime import _free_port, torch
+from sglang_cpu.ports import process_port
+from sglang_cpu.runtime import torch
 
 _initialized = False
 
@@ -40,7 +41,7 @@ def init_runtime(torch_compile: bool = False, **server_args_overrides) -> None:
     set_global_server_args_for_scheduler(server_args)
     if not torch.distributed.is_initialized():
         init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
-                                     distributed_init_method=f"tcp://127.0.0.1:{_free_port()}")
+                                     distributed_init_method=f"tcp://127.0.0.1:{process_port()}")
     if not model_parallel_is_initialized():
         initialize_model_parallel(backend="gloo")
     initialize_dp_attention(server_args=server_args,

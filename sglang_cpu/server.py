@@ -13,8 +13,8 @@ shadows) pass its directory in ``pythonpath_prefix`` so that it comes first.
 import atexit
 import json
 import os
+import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -22,7 +22,19 @@ import time
 import urllib.error
 import urllib.request
 
+from sglang_cpu.ports import allocate_block
+
 STOP_GRACE_S = 15.0  # SGLangServer.stop: seconds between SIGTERM to the process group and SIGKILL of what is left
+# SGLangServer.start's health-check timeout: the longest start-up measured on this machine class (2 cores), plus a
+# margin for a machine busier than any measured run. SGLANG_CPU_START_TIMEOUT overrides it.
+LONGEST_STARTUP_MEASURED_S = 120.0
+STARTUP_MARGIN_S = 120.0
+STARTUP_TIMEOUT_S = float(os.environ.get("SGLANG_CPU_START_TIMEOUT") or LONGEST_STARTUP_MEASURED_S + STARTUP_MARGIN_S)
+# Where start() appends one JSON line per start-up (name, seconds, attempts), for the test suite's report.
+STARTUP_RECORD_ENV = "SGLANG_CPU_STARTUP_RECORD"
+# A launcher line that says a socket could not bind: the server cannot come up, whatever it does next. The probe's
+# own JSON lines (e.g. its exporter on a taken port, a fault the tests inject) are not SGLang's and never match.
+BIND_ERROR = re.compile(r"address already in use|EADDRINUSE|errno 98\b", re.IGNORECASE)
 SITE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "site")
 
 BASE_ARGS = (
@@ -40,10 +52,13 @@ class ServerError(RuntimeError):
     """The server died, did not come up in time, or answered with an error."""
 
 
-def free_port(host="127.0.0.1"):
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+class PortCollision(ServerError):
+    """The server logged that one of its ports was taken."""
+
+
+def bind_error_lines(text):
+    """The lines of a server log that report a failed bind (never the probe's JSON lines)."""
+    return [line for line in text.splitlines() if BIND_ERROR.search(line) and not line.lstrip().startswith("{")]
 
 
 def _pid_alive(pid):
@@ -87,7 +102,14 @@ class SGLangServer:
         self.pythonpath_prefix = [str(p) for p in pythonpath_prefix]
         self.extra_env = dict(env or {})
         self.host = host
-        self.port = int(port) if port is not None else free_port(host)
+        # Without a port of the caller's, the server holds a block of ports that nothing else takes (see
+        # sglang_cpu/ports.py) and hands SGLang every port it would otherwise pick itself.
+        self.ports = None
+        if port is None:
+            self.ports = allocate_block()
+            port = self.ports.http
+        self.port = int(port)
+        self.start_attempts = 0
         self.python = python or sys.executable
         self._own_log_dir = None
         if log_path is None:
@@ -112,8 +134,14 @@ class SGLangServer:
             *BASE_ARGS,
             "--host", self.host,
             "--port", str(self.port),
+            *self._chosen_port_args(),
             *self.extra_args,
         ]
+
+    def _chosen_port_args(self):
+        if self.ports is None or any(a == "--nccl-port" or a.startswith("--nccl-port=") for a in self.extra_args):
+            return []
+        return ["--nccl-port", str(self.ports.nccl)]
 
     def environment(self):
         env = dict(os.environ)
@@ -150,13 +178,45 @@ class SGLangServer:
                     return int(arg.split("=", 1)[1])
         return 1
 
-    def start(self, timeout=600.0):
-        """Start the server and wait until ``/health`` answers 200 (after SGLang's warm-up)."""
+    def start(self, timeout=None):
+        """Start the server and wait until ``/health`` answers 200 (after SGLang's warm-up).
+
+        Fails within a second or two when the launcher exits or logs a bind error, quoting the log. A port
+        collision is retried once on a fresh block of ports (only when this server chose its own)."""
         if self.is_running():
             raise ServerError("server already started")
+        timeout = STARTUP_TIMEOUT_S if timeout is None else float(timeout)
+        t0 = time.monotonic()
+        if self.ports is not None and not self.ports.held:  # started again after stop()
+            self._take_new_ports()
+        self.start_attempts = 1
+        try:
+            try:
+                self._launch_and_wait(t0, timeout)
+            except PortCollision:
+                if self.ports is None:
+                    raise
+                self._take_new_ports()
+                self.start_attempts = 2
+                self._launch_and_wait(t0, timeout)
+        except ServerError:
+            if self.ports is not None:
+                self.ports.release()
+            raise
+        self.startup_seconds = time.monotonic() - t0
+        self._record_startup()
+        return self
+
+    def _take_new_ports(self):
+        old = self.ports
+        self.ports = allocate_block()
+        old.release()
+        self.port = self.ports.http
+
+    def _launch_and_wait(self, t0, timeout):
         os.makedirs(os.path.dirname(os.path.abspath(self.log_path)), exist_ok=True)
         self._log_file = open(self.log_path, "ab")
-        t0 = time.monotonic()
+        log_start = self._log_file.tell()
         self.proc = subprocess.Popen(
             self.command(),
             stdout=self._log_file,
@@ -166,25 +226,50 @@ class SGLangServer:
             start_new_session=True,  # own process group: stop() kills scheduler and detokenizer too
         )
         atexit.register(self.stop)  # never leave a server behind if the caller forgets
-        deadline = t0 + timeout
         while True:
             code = self.proc.poll()
+            collisions = bind_error_lines(self._log_since(log_start))
+            if collisions:
+                self.stop(release_ports=False)
+                raise PortCollision(
+                    f"sglang server could not bind a port (attempt {self.start_attempts}, port {self.port}); "
+                    f"log {self.log_path}:\n" + "\n".join(collisions[:5]))
             if code is not None:
-                self.stop()
+                self.stop(release_ports=False)
                 raise ServerError(
                     f"sglang server exited with code {code} during start-up; "
                     f"log {self.log_path}:\n{self.log_tail()}"
                 )
             if self._health_ok():
-                self.startup_seconds = time.monotonic() - t0
-                return self
-            if time.monotonic() > deadline:
-                self.stop()
+                return
+            if time.monotonic() > t0 + timeout:
+                self.stop(release_ports=False)
                 raise ServerError(
-                    f"sglang server not healthy after {timeout:.0f} s; "
-                    f"log {self.log_path}:\n{self.log_tail()}"
+                    f"sglang server not healthy after {timeout:.0f} s (the start-up timeout; "
+                    f"SGLANG_CPU_START_TIMEOUT overrides it); log {self.log_path}:\n"
+                    f"{self.log_tail()}"
                 )
             time.sleep(0.5)
+
+    def _log_since(self, offset):
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(offset)
+                return f.read().decode(errors="replace")
+        except OSError:
+            return ""
+
+    def _record_startup(self):
+        path = os.environ.get(STARTUP_RECORD_ENV)
+        if not path:
+            return
+        record = {"log": self.log_path, "seconds": round(self.startup_seconds, 2), "attempts": self.start_attempts,
+                  "tp_size": self.tp_size(), "speculative": "--speculative-draft-model-path" in self.extra_args}
+        try:
+            with open(path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(record) + "\n")
+        except OSError:
+            pass
 
     def _health_ok(self):
         # /health answers 503 while the server is Starting and 200 once SGLang's own warm-up
@@ -255,8 +340,8 @@ class SGLangServer:
     def is_running(self):
         return self.proc is not None and self.proc.poll() is None
 
-    def stop(self, grace=STOP_GRACE_S):
-        """SIGTERM the whole process group, then SIGKILL what is left. Safe to call twice."""
+    def stop(self, grace=STOP_GRACE_S, release_ports=True):
+        """SIGTERM the whole process group, then SIGKILL what is left, and give up the ports. Safe to call twice."""
         proc = self.proc
         if proc is not None:
             pgid = proc.pid  # start_new_session: the group id is the leader's pid
@@ -286,6 +371,8 @@ class SGLangServer:
         if self._log_file is not None:
             self._log_file.close()
             self._log_file = None
+        if release_ports and self.ports is not None:
+            self.ports.release()
         atexit.unregister(self.stop)
 
     def __enter__(self):

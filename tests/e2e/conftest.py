@@ -4,7 +4,6 @@ import os
 
 import pytest
 
-START_TIMEOUT = float(os.environ.get("SGLANG_CPU_START_TIMEOUT", "600"))
 AUX_LAYER_IDS = ("1", "3", "4")
 # --speculative-algorithm EAGLE3 only names the capture convention here: with
 # --enable-return-aux-hidden-states and no draft, SGLang resets it to None.
@@ -28,7 +27,7 @@ def start_server(checkpoint, root, name, extra_args=(), pythonpath_prefix=(), en
 
     server = SGLangServer(checkpoint, extra_args=extra_args, pythonpath_prefix=pythonpath_prefix, env=env,
                           log_path=os.path.join(root, f"{name}.log"))
-    server.start(timeout=START_TIMEOUT)
+    server.start()
     return server
 
 

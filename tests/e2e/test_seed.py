@@ -18,8 +18,7 @@ import pytest
 from sglang_cpu import seed
 
 from eagle_probe.bootstrap import BOOTSTRAP_DIR
-
-from .conftest import START_TIMEOUT
+from sglang_cpu.server import STARTUP_TIMEOUT_S
 
 # The whole module (two server start-ups and 16 requests, about 90 s here) is meant to finish within this budget;
 # pytest-timeout enforces the mark where it is installed, and the fixture hands every start and request only the
@@ -56,7 +55,7 @@ def served(tmp_path_factory):
                "EAGLE_PROBE_DUMP_EVERY": "1", "EAGLE_PROBE_DUMP_LAYERS": "all"} if probed else None
         server = seed.server(draft, log_path=os.path.join(root, f"{name}.log"), env=env,
                              pythonpath_prefix=[BOOTSTRAP_DIR] if probed else ())
-        server.start(timeout=min(START_TIMEOUT, left()))
+        server.start(timeout=min(STARTUP_TIMEOUT_S, left()))
         try:
             answers = [server.generate_raw(p, max_new_tokens=seed.MAX_NEW_TOKENS, timeout=left())
                        for p in seed.PROMPTS]

@@ -19,7 +19,6 @@ from sglang_cpu.draft_models import build_case
 from sglang_cpu.server import SGLangServer, ServerError
 from sglang_cpu.spec_shims import SPEC_ENV
 
-from .conftest import START_TIMEOUT
 
 NUM_STEPS = 2
 RANDOM_PROMPTS = ([10, 11, 12, 13, 14], [7, 3, 99, 120, 5, 6, 200, 31])
@@ -41,7 +40,7 @@ def _server(checkpoint, root, name, extra_args=(), spec=True, probe=True):
 
 def _start(checkpoint, root, name, extra_args=(), spec=True, probe=True):
     server = _server(checkpoint, root, name, extra_args, spec, probe)
-    server.start(timeout=START_TIMEOUT)
+    server.start()
     return server
 
 
@@ -390,7 +389,7 @@ def test_fc_width_mismatch_fails_start_up(root):
     case = build_case(root, "fc_width", num_steps=NUM_STEPS)
     server = _server(case["target"], root, "fc-width", case["args"])
     with pytest.raises(ServerError):
-        server.start(timeout=START_TIMEOUT)
+        server.start()
     assert "mat1 and mat2 shapes cannot be multiplied" in server.log_text()
     # the probe names the cause from the draft's first forward, before SGLang's shape error ends it
     [finding] = [f for f in _findings(root, "fc-width") if f["code"] == "fc_width_mismatch"]

@@ -30,7 +30,6 @@ import urllib.request
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-START_TIMEOUT = float(os.environ.get("SGLANG_CPU_START_TIMEOUT", "900"))
 SERVER_KIND = os.environ.get("EAGLE_PROBE_PROM_SERVER", "spec")
 AUX_ARGS = ("--speculative-algorithm", "EAGLE3", "--enable-return-aux-hidden-states",
             "--return-aux-hidden-state-layer-ids", "1", "3", "4")
@@ -62,26 +61,6 @@ def find_prometheus():
 @pytest.fixture(scope="session")
 def prom_bins():
     return find_prometheus()
-
-
-def free_port():
-    from sglang_cpu.server import free_port as fp
-    return fp()
-
-
-def distinct_free_ports(n):
-    """n free loopback ports, all different: bound at once (free_port() twice may return one port twice when the first
-    is not bound yet, e.g. the node-1 exporter's, which its worker binds only once SGLang is imported)."""
-    import socket
-
-    sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(n)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 def http_get(url, timeout=10):
@@ -185,9 +164,9 @@ class RankWorkers:
 
 
 class Prometheus:
-    def __init__(self, binary, root, jobs):
+    def __init__(self, binary, root, jobs, port):
         self.root = root
-        self.port = free_port()
+        self.port = port
         self.url = f"http://127.0.0.1:{self.port}"
         self.config_path = os.path.join(root, "prometheus.yml")
         rules = os.path.join(ROOT, "dashboards", "prometheus", "alerts.yml")
@@ -251,12 +230,16 @@ class Prometheus:
 def stack(prom_bins, tmp_path_factory):
     """Everything running, scraped, with traffic; yields a dict the tests read."""
     from eagle_probe.bootstrap import BOOTSTRAP_DIR
+    from sglang_cpu.ports import allocate_block
     from sglang_cpu.server import SGLangServer
 
     root = str(tmp_path_factory.mktemp("prometheus-e2e"))
     timings = {}
     t0 = time.monotonic()
-    exporter_base, collector_port, server_port = distinct_free_ports(3)
+    # The stack's own ports, from a block held until the end (sglang_cpu/ports.py); the server holds its own. The
+    # node-1 exporter listens on exporter_base - 2 + its tp_rank 2.
+    ports = allocate_block()
+    exporter_base, collector_port, prometheus_port = ports.extra(2), ports.extra(3), ports.extra(4)
     workers = RankWorkers(root, exporter_base, collector_port)
     workers.start(0, "--nan-layer", "3")  # NaN from layer 3 on: aux slots 1 and 2 (indices 4, 5) non-finite
     workers.start(1, "--moe-tbo")
@@ -290,10 +273,10 @@ def stack(prom_bins, tmp_path_factory):
         args = ["--enable-metrics", *AUX_ARGS]
         prompts = [([10, 11, 12, 13, 14], 8), ([7, 3, 99, 120, 5, 6, 200, 31], 8)]
     server = SGLangServer(checkpoint, extra_args=args, pythonpath_prefix=[BOOTSTRAP_DIR], env=server_env,
-                          log_path=os.path.join(root, "server.log"), port=server_port)
+                          log_path=os.path.join(root, "server.log"))
     prometheus = None
     try:
-        server.start(timeout=START_TIMEOUT)
+        server.start()
         timings["server_start_s"] = server.startup_seconds
         for rank in (0, 1, 2):
             workers.wait_ready(rank)
@@ -303,7 +286,7 @@ def stack(prom_bins, tmp_path_factory):
         exporter_target = f"127.0.0.1:{workers.exporter_base}"
         prometheus = Prometheus(prom_bins[0], root, {
             "sglang": [server_target], "ranks-multiproc": [collector_target],
-            "eagle-probe-exporter": [exporter_target]})
+            "eagle-probe-exporter": [exporter_target]}, prometheus_port)
         prometheus.start()
         wait_for(prometheus.targets_up, 60, "all scrape targets up")
         time.sleep(5)  # a few scrapes before the traffic, so counter increases fall inside rate windows
@@ -319,3 +302,4 @@ def stack(prom_bins, tmp_path_factory):
             prometheus.stop()
         server.stop()
         workers.stop()
+        ports.release()

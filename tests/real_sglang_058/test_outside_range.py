@@ -24,7 +24,6 @@ from sglang_cpu.server import SGLangServer, compat_report  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OUTSIDE = os.path.join(ROOT, ".venv-0.5.8", "outside-range")
-START_TIMEOUT = float(os.environ.get("SGLANG_CPU_START_TIMEOUT", "600"))
 PROMPTS = [[5, 6, 7, 8], [40, 3, 99, 12, 7, 1]]
 
 
@@ -39,7 +38,7 @@ def _serve(root, name, target, pythonpath_prefix):
     log_dir = os.path.join(root, f"probe-{name}")
     server = SGLangServer(target, env=dict(EAGLE_PROBE_LOG_DIR=log_dir), pythonpath_prefix=pythonpath_prefix,
                           log_path=os.path.join(root, f"{name}.log"))
-    server.start(timeout=START_TIMEOUT)
+    server.start()
     try:
         outputs = [server.generate_raw(p, max_new_tokens=6)["output_ids"] for p in PROMPTS]
         version = server.get_json("/get_server_info").get("version")

@@ -25,7 +25,6 @@ from sglang_cpu.server import SGLangServer  # noqa: E402
 from sglang_cpu.shims_058 import KERNEL_WARMUP_ENV  # noqa: E402
 from sglang_cpu.spec_shims import SPEC_ENV  # noqa: E402
 
-START_TIMEOUT = float(os.environ.get("SGLANG_CPU_START_TIMEOUT", "600"))
 NUM_STEPS = 2
 KEYS = ["pos1_always_pos2_never", "into_fixed_point", "mixed"]
 V1_HOOK = "sglang.srt.speculative.eagle_worker.EAGLEWorker.verify"
@@ -55,7 +54,7 @@ def _run(root, name, case, env):
     server = SGLangServer(case["target"], extra_args=case["args"] + ["--enable-metrics"],
                           env=dict(SPEC_ENV, EAGLE_PROBE_LOG_DIR=log_dir, EAGLE_PROBE_SUMMARY_INTERVAL_S="0.2", **env),
                           pythonpath_prefix=[BOOTSTRAP_DIR], log_path=os.path.join(root, f"{name}.log"))
-    server.start(timeout=START_TIMEOUT)
+    server.start()
     try:
         out, deltas = {}, {}
         for key, (prompt, max_new) in case["expected"]["prompts"].items():

@@ -55,15 +55,6 @@ def test_readme_lists_every_subcommand():
     assert listed == set(subparsers.choices)
 
 
-def test_readme_test_budget_agrees_with_the_test_script():
-    stated = re.search(r"test budget: (\d+) minutes", README)
-    assert stated, "the README states the test command's budget as 'test budget: N minutes'"
-    script = (ROOT / "scripts/test.sh").read_text(encoding="utf-8")
-    budget = re.search(r"EAGLE_PROBE_TEST_BUDGET_MIN:?=-?(\d+)", script)
-    if budget:  # the script compares its total time with this budget
-        assert budget.group(1) == stated.group(1)
-
-
 def test_readme_links_point_to_files_that_exist():
     links = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", README)
     local = [link for link in links if "://" not in link]

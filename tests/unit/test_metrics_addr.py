@@ -3,7 +3,6 @@ a warning (real prometheus_client servers on free ports)."""
 
 import io
 import json
-import socket
 import urllib.request
 
 import prometheus_client
@@ -17,10 +16,15 @@ from eagle_probe.runtime.sinks.metrics import MetricsSink
 from eagle_probe.versions import parse_version, rules_for
 
 
+_blocks = []
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port nothing else takes (a locked block outside the ephemeral range, held for this process)."""
+    from sglang_cpu.ports import allocate_block
+
+    _blocks.append(allocate_block())
+    return _blocks[-1].extra(0)
 
 
 def started(addr):
