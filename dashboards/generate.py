@@ -174,8 +174,9 @@ def with_panels(board):
                "{{instance}} tp{{tp_rank}} {{role}} {{mode}}")], width=8, bars=True))
     board = board.with_panel(table_panel(
         10, "Findings by code",
-        "Findings the probe emitted since each process started, by code, severity and role (see the README's "
-        "Findings table; the JSON log line eagle_probe.finding carries the message and evidence).",
+        "Findings the probe emitted since each process started, by code, severity and role (see the documentation's "
+        "findings reference, docs/reference/findings.md; the JSON log line eagle_probe.finding carries the message "
+        "and evidence).",
         [query(f"sum by ({RANK}, code, severity, role) (eagle_probe_findings_total{{{SEL_ROLE}}})",
                instant=True, fmt=PromQueryFormat.TABLE)], width=8, rename={"Value": "count"},
         sort_by=("count", True)))
@@ -365,7 +366,7 @@ def alerts():
              summary="Aux slot {{ $labels.slot }} differs between tp ranks on {{ $labels.instance }}",
              description="The RMS of aux slot {{ $labels.slot }} ({{ $labels.role }}) spreads by {{ $value }} "
                          "(max - min over mean) across the tp ranks of one instance in the same sampled forward; "
-                         f"healthy bf16 ranks stay under {RMS_SPREAD_TOLERANCE} (see the README). A rank holding "
+                         f"healthy bf16 ranks stay under {RMS_SPREAD_TOLERANCE} (docs/values.md). A rank holding "
                          "partial sums or another state feeds its draft other values; `eagle-probe summarize` names "
                          "the ranks (tp_rank_divergence)."),
         dict(alert="EagleProbeAuxNonFinite", expr=f"{nonfinite} > 0", signal=nonfinite, **{"for": "0m"},

@@ -5,7 +5,7 @@ Environment variables are the only channel that reaches SGLang's spawned schedul
 
 import os
 from dataclasses import dataclass
-from typing import Mapping, Optional, Tuple, Union
+from typing import Callable, Mapping, NamedTuple, Optional, Tuple
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
@@ -45,9 +45,9 @@ class ProbeConfig:
     flush_interval_s: float = 1.0  # counted values reach the Prometheus series at most this late (0: summary/exit)
     log_every_forward: bool = False
     inner_forward: str = "auto"
-    # Training accuracy: one per-token number (0.75), or per-position conditional accuracies (0.75, 0.62, 0.55)
-    # as SpecForge logs them per TTT step (analysis.acceptance.expected_mean_length reads both forms).
-    draft_accuracy: Optional[Union[float, Tuple[float, ...]]] = None
+    # Training accuracy, in one form everywhere: per-position conditional accuracies as SpecForge logs them per TTT
+    # step, (0.75, 0.62, 0.55); one per-token number is the one-position tuple (0.75,), since the last repeats.
+    draft_accuracy: Optional[Tuple[float, ...]] = None
     collapse_ratio: float = 0.6  # observed / expected mean acceptance length under this is a collapse
     collapse_min_drafts: int = 64  # request-steps a window needs before it can be judged
     trained_layers: Optional[str] = None  # e.g. "hf:0,3,31": what the draft was trained on
@@ -146,8 +146,8 @@ def is_loopback(address: str) -> bool:
     return ipaddress.ip_address(address).is_loopback
 
 
-def _port(env: Mapping[str, str], name: str) -> Optional[int]:
-    return _number(env, name, None, int, lambda v: 1 <= v <= 65535, "an integer TCP port 1-65535")
+def _port(env: Mapping[str, str], name: str, default: Optional[int] = None) -> Optional[int]:
+    return _number(env, name, default, int, lambda v: 1 <= v <= 65535, "an integer TCP port 1-65535")
 
 
 def _positive_float(env: Mapping[str, str], name: str, default: float) -> float:
@@ -166,15 +166,13 @@ def _fraction(env: Mapping[str, str], name: str, default: Optional[float]) -> Op
     return _number(env, name, default, float, lambda v: 0 < v <= 1, "a number in (0, 1]")
 
 
-def format_accuracy(value) -> str:
-    """The EAGLE_PROBE_DRAFT_ACCURACY text of a parsed value (one number, or per-position numbers)."""
-    if isinstance(value, (tuple, list)):
-        return ",".join(repr(float(v)) for v in value)
-    return repr(value)
+def format_accuracy(value: Tuple[float, ...]) -> str:
+    """The EAGLE_PROBE_DRAFT_ACCURACY text of a parsed value."""
+    return ",".join(repr(float(v)) for v in value)
 
 
-def parse_accuracy(raw: str) -> Union[float, Tuple[float, ...]]:
-    """'0.75' -> 0.75; '0.75,0.62,0.55' -> (0.75, 0.62, 0.55). Raises ValueError saying what is wrong."""
+def parse_accuracy(raw: str) -> Tuple[float, ...]:
+    """'0.75' -> (0.75,); '0.75,0.62,0.55' -> (0.75, 0.62, 0.55). Raises ValueError saying what is wrong."""
     import math
 
     parts = raw.split(",")
@@ -189,13 +187,13 @@ def parse_accuracy(raw: str) -> Union[float, Tuple[float, ...]]:
         if not (math.isfinite(value) and 0 < value <= 1):
             raise ValueError(f"position {position}: {part.strip()} is not in (0, 1]")
         values.append(value)
-    return values[0] if len(values) == 1 else tuple(values)
+    return tuple(values)
 
 
-def _accuracy(env: Mapping[str, str], name: str) -> Optional[Union[float, Tuple[float, ...]]]:
+def _accuracy(env: Mapping[str, str], name: str, default=None) -> Optional[Tuple[float, ...]]:
     raw = env.get(name)
     if raw is None or raw == "":
-        return None
+        return default
     try:
         return parse_accuracy(raw)
     except ValueError as exc:
@@ -222,12 +220,12 @@ def _positive_int(env: Mapping[str, str], name: str, default: int) -> int:
     return _number(env, name, default, int, lambda v: v >= 1, "an integer >= 1")
 
 
-def _layer_spec(env: Mapping[str, str], name: str) -> Optional[str]:
-    from .analysis.layers import parse_trained_layers
+def _layer_spec(env: Mapping[str, str], name: str, default: Optional[str] = None) -> Optional[str]:
+    from .layer_spec import parse_trained_layers
 
     raw = env.get(name)
     if raw is None or raw == "":
-        return None
+        return default
     try:
         parse_trained_layers(raw)
     except ValueError as exc:
@@ -250,11 +248,11 @@ def _ranks(env: Mapping[str, str], name: str, default: Tuple[int, ...]) -> Optio
     return ranks
 
 
-def _directory(env: Mapping[str, str], name: str) -> Optional[str]:
+def _directory(env: Mapping[str, str], name: str, default: Optional[str] = None) -> Optional[str]:
     """A directory path; blank would name a directory called ' ', surely by mistake."""
     raw = env.get(name)
     if raw is None or raw == "":
-        return None
+        return default
     if not raw.strip() or "\x00" in raw:
         raise ConfigError(name, raw, "a directory path (not blank; unset for the default)")
     return raw
@@ -264,16 +262,16 @@ def read_reference(path: str) -> list:
     """The reference file's slots; raises ValueError (or OSError) naming what is wrong."""
     import json
 
-    from .analysis.fingerprints import parse_reference
+    from .reference_format import parse_reference
 
     with open(path, encoding="utf-8") as handle:
         return parse_reference(json.load(handle))
 
 
-def _reference_file(env: Mapping[str, str], name: str) -> Optional[str]:
+def _reference_file(env: Mapping[str, str], name: str, default: Optional[str] = None) -> Optional[str]:
     raw = env.get(name)
     if raw is None or raw == "":
-        return None
+        return default
     try:
         read_reference(raw)
     except (OSError, ValueError) as exc:
@@ -281,34 +279,81 @@ def _reference_file(env: Mapping[str, str], name: str) -> Optional[str]:
     return raw
 
 
+class Setting(NamedTuple):
+    """One EAGLE_PROBE_* variable: the config field it sets, how its text is read and checked (the default is the
+    field's own), and what it does. The documentation's configuration page is generated from SETTINGS."""
+
+    variable: str
+    field: str
+    read: Callable  # (env, variable, default) -> value; raises ConfigError naming what it accepts
+    meaning: str
+    default_text: Optional[str] = None  # how the unset default reads, where the field's value says it poorly
+
+
+def _choices(choices) -> Callable:
+    return lambda env, name, default: _choice(env, name, default, choices)
+
+
+SETTINGS = (
+    Setting("EAGLE_PROBE_ENABLED", "enabled", _bool, "turns the probe on or off in every process that loads it "
+            "(`eagle-probe run` sets it to 1)"),
+    Setting("EAGLE_PROBE_LOG_DIR", "log_dir", _directory, "the directory for the JSON log lines: one "
+            "`eagle-probe-HOST-PID.jsonl` per process", default_text="stderr"),
+    Setting("EAGLE_PROBE_LOG_LEVEL", "log_level", _choices(LOG_LEVELS), "the lowest level of the probe's log lines"),
+    Setting("EAGLE_PROBE_METRICS_PORT", "metrics_port", _port, "each process serves ADDR:PORT+tp_rank when SGLang's "
+            "`--enable-metrics` is off (and on nodes other than node 0)"),
+    Setting("EAGLE_PROBE_METRICS_ADDR", "metrics_addr", _address, "the IP address that exporter binds; another than "
+            "loopback (needed on nodes with node_rank >= 1 when Prometheus runs elsewhere) logs one "
+            "`eagle_probe.metrics.exposed` warning naming it"),
+    Setting("EAGLE_PROBE_REFERENCE", "reference", _reference_file, "a JSON file from `eagle-probe reference`: each "
+            "live aux slot's fingerprint is compared with the training data's (`aux_value_mismatch`)"),
+    Setting("EAGLE_PROBE_SUMMARY_INTERVAL_S", "summary_interval_s", _positive_float, "seconds between "
+            "`eagle_probe.summary` events (and the periodic acceptance, coverage and slice events)"),
+    Setting("EAGLE_PROBE_FLUSH_INTERVAL_S", "flush_interval_s", _seconds_or_zero, "seconds between moves of the "
+            "counted values into the Prometheus series (a background thread); `0`: only at the summary tick and at "
+            "exit"),
+    Setting("EAGLE_PROBE_FINGERPRINT_INTERVAL_S", "fingerprint_interval_s", _seconds_or_zero, "seconds between "
+            "sampled fingerprints of the aux slots (`0`: off); see Hidden-state values"),
+    Setting("EAGLE_PROBE_COVERAGE_INTERVAL_S", "coverage_interval_s", _seconds_or_zero, "seconds between verify "
+            "steps whose committed tokens are checked against the draft's vocabulary (`0`: off); see Vocabulary "
+            "coverage"),
+    Setting("EAGLE_PROBE_LOG_EVERY_FORWARD", "log_every_forward", _bool, "an `eagle_probe.target.forward` line per "
+            "forward (debugging only)"),
+    Setting("EAGLE_PROBE_INNER_FORWARD", "inner_forward", _choices(INNER_FORWARD_MODES), "wrap the inner model "
+            "forwards (auto: off under `--enable-torch-compile` and `--enable-piecewise-cuda-graph`, which dynamo "
+            "would trace them under)"),
+    Setting("EAGLE_PROBE_DRAFT_ACCURACY", "draft_accuracy", _accuracy, "the draft's training accuracy, per-position "
+            f"conditional accuracies as SpecForge logs them (at most {MAX_ACCURACY_POSITIONS}; one number is one "
+            "per-token accuracy for every position): enables expected-vs-observed acceptance (see Acceptance against "
+            "training)"),
+    Setting("EAGLE_PROBE_COLLAPSE_RATIO", "collapse_ratio", _fraction, "observed / expected mean acceptance length "
+            "under this in a window is `acceptance_collapse`"),
+    Setting("EAGLE_PROBE_COLLAPSE_MIN_DRAFTS", "collapse_min_drafts", _positive_int, "request-steps a window needs "
+            "before it is judged"),
+    Setting("EAGLE_PROBE_TRAINED_LAYERS", "trained_layers", _layer_spec, "the layers the draft was trained on, "
+            "`hf:0,3,31` or `sglang:-1,2,30` (see doctor): enables `layer_mismatch` against what the target "
+            "captures"),
+    Setting("EAGLE_PROBE_DUMP_DIR", "dump_dir", _directory, "turns on dumps of target forwards into this directory "
+            "(they contain token ids); created 0700, files 0600"),
+    Setting("EAGLE_PROBE_DUMP_EVERY", "dump_every", _positive_int, "dump the first eligible forward, then every "
+            "N-th; each mode of EAGLE_PROBE_DUMP_MODES is counted on its own"),
+    Setting("EAGLE_PROBE_DUMP_RANKS", "dump_ranks", _ranks, "the tp ranks that write dumps", default_text="0"),
+    Setting("EAGLE_PROBE_DUMP_LAYERS", "dump_layers", _choices(DUMP_LAYER_CHOICES), "`aux`: what the draft "
+            "receives; `all`: also the residual stream entering every layer (SGLang 0.5.14+)"),
+    Setting("EAGLE_PROBE_DUMP_MAX_MB", "dump_max_mb", _positive_float_mb, "size of the whole dump directory; "
+            "reaching it stops dumps"),
+    Setting("EAGLE_PROBE_DUMP_MODES", "dump_modes", _modes, "target forward modes to dump: `extend` (prefill), "
+            "`target_verify` (the eager verify forwards, with each row's request, position and whether it was "
+            "committed), or `extend,target_verify` (what `consistency` needs)", default_text="extend"),
+)
+
+
 def load_config(env: Optional[Mapping[str, str]] = None) -> ProbeConfig:
     """Parse EAGLE_PROBE_* variables; raises ConfigError on the first bad one."""
     env = os.environ if env is None else env
-    log_dir = _directory(env, "EAGLE_PROBE_LOG_DIR")
-    return ProbeConfig(
-        enabled=_bool(env, "EAGLE_PROBE_ENABLED", True),
-        log_dir=log_dir,
-        log_level=_choice(env, "EAGLE_PROBE_LOG_LEVEL", "info", LOG_LEVELS),
-        metrics_port=_port(env, "EAGLE_PROBE_METRICS_PORT"),
-        metrics_addr=_address(env, "EAGLE_PROBE_METRICS_ADDR", "127.0.0.1"),
-        summary_interval_s=_positive_float(env, "EAGLE_PROBE_SUMMARY_INTERVAL_S", 60.0),
-        flush_interval_s=_seconds_or_zero(env, "EAGLE_PROBE_FLUSH_INTERVAL_S", 1.0),
-        fingerprint_interval_s=_seconds_or_zero(env, "EAGLE_PROBE_FINGERPRINT_INTERVAL_S", 1.0),
-        coverage_interval_s=_seconds_or_zero(env, "EAGLE_PROBE_COVERAGE_INTERVAL_S", 0.1),
-        log_every_forward=_bool(env, "EAGLE_PROBE_LOG_EVERY_FORWARD", False),
-        inner_forward=_choice(env, "EAGLE_PROBE_INNER_FORWARD", "auto", INNER_FORWARD_MODES),
-        draft_accuracy=_accuracy(env, "EAGLE_PROBE_DRAFT_ACCURACY"),
-        collapse_ratio=_fraction(env, "EAGLE_PROBE_COLLAPSE_RATIO", 0.6),
-        collapse_min_drafts=_positive_int(env, "EAGLE_PROBE_COLLAPSE_MIN_DRAFTS", 64),
-        trained_layers=_layer_spec(env, "EAGLE_PROBE_TRAINED_LAYERS"),
-        dump_dir=_directory(env, "EAGLE_PROBE_DUMP_DIR"),
-        dump_every=_positive_int(env, "EAGLE_PROBE_DUMP_EVERY", 10),
-        dump_ranks=_ranks(env, "EAGLE_PROBE_DUMP_RANKS", (0,)),
-        dump_layers=_choice(env, "EAGLE_PROBE_DUMP_LAYERS", "aux", DUMP_LAYER_CHOICES),
-        dump_max_mb=_positive_float_mb(env, "EAGLE_PROBE_DUMP_MAX_MB", 256.0),
-        dump_modes=_modes(env, "EAGLE_PROBE_DUMP_MODES", ("extend",)),
-        reference=_reference_file(env, "EAGLE_PROBE_REFERENCE"),
-    )
+    defaults = ProbeConfig()
+    return ProbeConfig(**{setting.field: setting.read(env, setting.variable, getattr(defaults, setting.field))
+                          for setting in SETTINGS})
 
 
 def inner_forward_enabled(config: ProbeConfig, argv) -> bool:

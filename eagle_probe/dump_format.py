@@ -1,4 +1,4 @@
-"""The dump file format (README: "Dump files"): shared vocabulary, written by the runtime's dump writer and read back
+"""The dump file format (docs/values.md): shared vocabulary, written by the runtime's dump writer and read back
 by the offline commands through commands/dump_files.py.
 
 One safetensors file per dumped target forward, named eagle-probe-dump-HOST-tpRANK-PID-SEQUENCE.safetensors, with

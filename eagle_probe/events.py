@@ -1,5 +1,7 @@
-"""The stable log event names (README: "Log events"), shared by the recorder that writes them and the
-commands that read them back."""
+"""The stable log event names, shared by the recorder that writes them and the commands that read them back, and
+what each one is (CATALOGUE: the documentation's log-events page is generated from it)."""
+
+from typing import NamedTuple, Tuple
 
 STARTED = "eagle_probe.started"
 CONFIG_ERROR = "eagle_probe.config_error"
@@ -19,3 +21,82 @@ SUMMARY = "eagle_probe.summary"
 INTERNAL_ERROR = "eagle_probe.internal_error"
 METRICS_EXPOSED = "eagle_probe.metrics.exposed"
 ACCEPTANCE_SLICES = "eagle_probe.acceptance_slices"
+
+
+class Event(NamedTuple):
+    """What the documentation's log-events page says of one event: when it is written, and its main fields, each
+    'name' or 'name: what it holds'."""
+
+    when: str
+    fields: Tuple[str, ...]
+
+    def field_names(self) -> Tuple[str, ...]:
+        return tuple(f.split(":", 1)[0] for f in self.fields)
+
+
+# Every line also carries these (the worker processes' ranks where known).
+COMMON_FIELDS = ("event", "pid", "timestamp", "level", "tp_rank", "tp_size", "pp_rank", "dp_rank")
+
+CATALOGUE = {
+    STARTED: Event("first observation in a worker process", (
+        "probe_version", "sglang_version", "rules", "metrics_port", "metrics_multiprocess")),
+    CAPTURE_CONFIGURED: Event("every `set_eagle3_layers_to_capture` call", (
+        "model_class", "role", "requested_ids", "layers_to_capture",
+        "mapping: plus_one / as_given / default_layers", "version_rule",
+        "family: the family row's name, null without one", "family_rule: the row's rule, or `unverified`",
+        "rule_applied: the rule as applied to these ids", "slots: slot, capture_index, hf_index, label",
+        "num_layers", "first_k_dense_replace", "layer_range", "caller", "during_graph_setup")),
+    TARGET_FORWARD: Event("a new forward signature", (
+        "model_class", "role", "mode", "path", "capturing", "can_run_tbo", "layers_to_capture", "slot_labels",
+        "normal_layers", "tbo_layers", "lost", "tokens", "aux_expected", "aux_returned", "aux_format", "aux_shape",
+        "slot_widths", "dtype", "error")),
+    FINDING: Event("a new finding", ("code", "severity", "role", "message", "evidence")),
+    DRAFT_LOADED: Event("the EAGLE-3 draft's `load_weights` returned", (
+        "model_class", "eagle_layer_ids", "use_aux_hidden_state", "target_hidden_size", "draft_hidden_size", "num_aux",
+        "fc_in", "fc_out", "norm_before_fc", "fc_norm", "norm_output", "draft_vocab_size", "lm_head_from_target",
+        "checkpoint_tensors", "dropped", "ignored", "target_vocab_size", "d2t_size", "d2t_problems",
+        "ids_read: the ids the draft sized its `fc` from",
+        "ids_read_from: `eagle_config`, `top_level`, `num_aux_hidden_states` or `default`")),
+    DRAFT_FORWARD: Event("a new draft forward signature", (
+        "model_class", "mode", "path", "aux_width: incoming", "embed_width", "fc_in", "fc_ran", "num_aux",
+        "target_hidden_size", "tokens", "error")),
+    ACCEPTANCE: Event("every `EAGLE_PROBE_SUMMARY_INTERVAL_S` while verify steps run, and at exit", (
+        "steps: window counts, as the next three", "drafts", "draft_tokens",
+        "drafted_tokens: the older name of draft_tokens, still read by summarize", "accepted_tokens: bonus excluded",
+        "positions", "mean_accepted_drafts", "mean_accept_length: bonus included", "per_position_rate",
+        "conditional_rate: accepted at k given k-1", "accept_length_histogram",
+        "expected_mean_accept_length: with `EAGLE_PROBE_DRAFT_ACCURACY`", "observed_over_expected",
+        "expected_per_position_rate", "draft_accuracy: the per-position accuracies given", "total: since start",
+        "read_at: the SGLang function whose result was read (the release's acceptance hook)")),
+    VOCAB_COVERAGE: Event("every `EAGLE_PROBE_SUMMARY_INTERVAL_S` while sampled verify steps run, and at exit", (
+        "in_vocab: running total of the sampled steps' committed tokens inside the draft's vocabulary",
+        "verified_tokens: running total of the sampled steps' committed tokens", "coverage", "window_in_vocab",
+        "window_verified_tokens", "samples", "map: `full`, `d2t`, or `none` (no d2t: draft ids used as target ids)",
+        "hot_vocab_size", "draft_vocab_size", "target_vocab_size",
+        "mean_accept_length_cap: 1 / (1 - coverage), at most the positions + 1; null: no cap", "interval_s")),
+    ACCEPTANCE_SLICES: Event("every `EAGLE_PROBE_SUMMARY_INTERVAL_S` while verify steps run, and at exit", (
+        "positions", "slices: cumulative, dimension -> bucket -> `request_steps`, `accepted` per 0-based draft "
+        "position", "request_accept_length: finished requests per accept-length bucket", "requests",
+        "low: the slices `acceptance_slice_low` names", "test")),
+    AUX_FINGERPRINT: Event("a sampled forward's slot: on first sight, once per `EAGLE_PROBE_SUMMARY_INTERVAL_S` (the "
+                           "same forward on every rank: the bucket comes from the wall clock), and when it moved "
+                           "(rms by 20 %, signature cosine under 0.9)", (
+        "role: target, the aux states returned; draft, its input on target-fed forwards", "slot", "capture_index",
+        "hf_index", "label", "mode", "step: the model's forward count in this process, equal across TP ranks",
+        "tokens", "width", "rms", "mean", "absmax", "nonfinite", "signature: 32 numbers")),
+    DUMP_WRITTEN: Event("a dump file is complete", ("path", "bytes")),
+    DUMP_STOPPED: Event("dumps stop for good in this process (once)", (
+        "reason: cap, full, file_size_limit, unwritable, error", "error", "directory", "message")),
+    SUMMARY: Event("every `EAGLE_PROBE_SUMMARY_INTERVAL_S` (checked on observations), and at exit", (
+        "forwards: role, mode, path, tbo, count", "captures_lost", "findings", "internal_errors")),
+    INTEGRATION_SKIPPED: Event("a patch target missing from a module SGLang imported (once per process; `warning` if "
+                               "the version table expects it there, else `info`)", (
+        "integration", "target", "reason", "expected", "sglang_version", "supported",
+        "off: what the probe cannot report without it", "message")),
+    UNSUPPORTED_VERSION: Event("SGLang outside the range (once per process; nothing is wrapped)", (
+        "sglang_version", "supported", "off", "message")),
+    METRICS_EXPOSED: Event("the per-rank exporter binds a non-loopback address (once)", ("addr", "port", "message")),
+    CONFIG_ERROR: Event("a bad `EAGLE_PROBE_*` value (the probe stays off; the server runs normally)", (
+        "variable", "value", "accepted")),
+    INTERNAL_ERROR: Event("first exception at a probe site (then counted only)", ("where", "error")),
+}

@@ -98,8 +98,8 @@ def main():
     show_acceptance(broken, "served as shipped")
 
     print("\n==== 2. which layers was this draft trained on? (replay --search on the dumps) ====")
-    done = probe_cli("replay", "--draft", wrong, "--target", seed.TARGET_PATH, "--dump", broken["dumps"], "--search",
-                     "--format", "json")
+    done = probe_cli("replay", "--draft", wrong, "--target", seed.TARGET_PATH, "--dump-dir", broken["dumps"],
+                     "--search", "--format", "json")
     if done.returncode != 0:
         print(done.stderr)
         return 1
@@ -124,7 +124,7 @@ def main():
         print(made.stderr[-2000:])
         return 1
     print("  " + made.stdout.strip().splitlines()[-1])
-    done = probe_cli("parity", "--data", data, "--dump", broken["dumps"], "--format", "json")
+    done = probe_cli("parity", "--data", data, "--dump-dir", broken["dumps"], "--format", "json")
     if done.returncode != 0:
         print(done.stderr)
         return 1

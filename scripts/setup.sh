@@ -14,9 +14,11 @@ case "$release" in
 esac
 runtime=requirements/runtime-$release.txt
 nodeps=requirements/sglang-$release-nodeps.txt
+docs=()  # the documentation site's tools (mkdocs build --strict runs in the test command) go into the main venv
+[ "$release" = 0.5.23 ] && docs=(requirements/docs.txt)
 PY=${PYTHON:-python3}
 stamp=$venv/.eagle-probe-setup
-want=$(cat "$runtime" "$nodeps" "${extra[@]}" setup.cfg pyproject.toml | sha256sum | cut -d' ' -f1)
+want=$(cat "$runtime" "$nodeps" "${extra[@]}" "${docs[@]}" setup.cfg pyproject.toml | sha256sum | cut -d' ' -f1)
 if [ -x "$venv/bin/python" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi
@@ -31,6 +33,7 @@ pip_q() {
 }
 echo "eagle-probe setup: installing SGLang $release into $venv (first time takes a few minutes)" >&2
 pip_q -r "$runtime"
+for pins in "${docs[@]}"; do pip_q -r "$pins"; done
 # SGLang's own dependency list pulls GPU kernel packages; its CPU path needs only these (0.5.8's sgl-kernel
 # imports are met by the test-only stand-in in sglang_cpu/shims_058.py).
 pip_q --no-deps -r "$nodeps"
@@ -38,6 +41,8 @@ pip_q --no-deps -e .
 for pins in "${extra[@]}"; do  # not importable from the venv itself: only with PYTHONPATH set to it
   pip_q --no-deps --upgrade --target "$venv/outside-range" -r "$pins"
 done
+if [ ${#docs[@]} -gt 0 ]; then "$venv/bin/mkdocs" --version >/dev/null \
+  || { echo "eagle-probe setup: mkdocs is missing from $venv (see pip output above)" >&2; exit 1; }; fi
 "$venv/bin/python" -c "import sglang, torch, transformers, eagle_probe, wrapt, structlog, prometheus_client
 assert sglang.__version__ == '$release', sglang.__version__" \
   || { echo "eagle-probe setup: $venv is incomplete (see pip output above)" >&2; exit 1; }

@@ -4,8 +4,8 @@ Per verify step and request: `positions` draft tokens proposed along the chain (
 steps), `accepted` of them accepted (bonus token excluded). Draft position k (0-based) counts as accepted
 iff accepted > k. Mean acceptance length includes the bonus token: 1 + accepted / drafts.
 
-Training accuracies (EAGLE_PROBE_DRAFT_ACCURACY, `--draft-accuracy`) come in two forms:
-- one number a: the per-token accuracy at every position;
+Training accuracies (EAGLE_PROBE_DRAFT_ACCURACY, `--draft-accuracy`) are held in one form, a tuple of
+per-position numbers a_1, ..., a_m (one per-token accuracy a is the tuple (a,)):
 - per-position numbers a_1, ..., a_m, as SpecForge logs them per TTT step (acc_0, acc_1, ...). SpecForge measures
   step k with the ground-truth tokens as the draft's input, so a_k approximates P(draft token k right | tokens
   1..k-1 right): a *conditional* accuracy. Served drafts are verified left to right and a token counts only when
@@ -16,9 +16,9 @@ which for one number is 1 + a + a^2 + ... + a^n, as before.
 """
 
 from collections import Counter
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Tuple
 
-Accuracy = Union[float, Sequence[float]]
+Accuracy = Sequence[float]  # per-position conditional accuracies; the last repeats past its end
 
 
 def clamped_counts(raw_lengths: Dict[int, int], positions: int) -> Tuple[Dict[int, int], List[int]]:
@@ -44,8 +44,6 @@ def subtract_counts(now: Dict[int, int], before: Dict[int, int]) -> Dict[int, in
 
 def conditional_accuracies(draft_accuracy: Accuracy, positions: int) -> List[float]:
     """The conditional accuracy at each of `positions` draft positions (the last number repeats past its end)."""
-    if isinstance(draft_accuracy, (int, float)):
-        return [float(draft_accuracy)] * positions
     values = [float(v) for v in draft_accuracy]
     if not values:
         raise ValueError("no draft accuracy given")
@@ -69,8 +67,8 @@ def expected_mean_length(draft_accuracy: Accuracy, positions: int) -> float:
 
 def describe_accuracy(draft_accuracy: Accuracy) -> str:
     """'a per-token draft accuracy of 0.75' or 'per-position training accuracies 0.75, 0.62, 0.55'."""
-    if isinstance(draft_accuracy, (int, float)):
-        return f"a per-token draft accuracy of {draft_accuracy}"
+    if len(draft_accuracy) == 1:
+        return f"a per-token draft accuracy of {draft_accuracy[0]:g}"
     return "per-position (conditional) training accuracies " + ", ".join(f"{v:g}" for v in draft_accuracy)
 
 
@@ -82,7 +80,7 @@ def accuracy_for_mean_length(expected: float, positions: int) -> Optional[float]
     low, high = 0.0, 1.0
     for _ in range(60):
         middle = (low + high) / 2
-        if expected_mean_length(middle, positions) < expected:
+        if expected_mean_length((middle,), positions) < expected:
             low = middle
         else:
             high = middle

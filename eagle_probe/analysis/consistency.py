@@ -5,7 +5,7 @@ The measure is SGLang's dump comparator's (from DeepGEMM): rel_diff = 1 - 2 Σxy
 slot (H values), in float64. It is 0 for equal rows, about (relative error)² / 2 for rounding noise, and 1 for
 unrelated rows of equal norm; a row shifted by one is near 1 - cos(neighbouring tokens' states).
 
-Tolerances, from measurement (README "Consistency", `benchmarks/verify_tolerance.py`): on a correctly wired tiny
+Tolerances, from measurement (docs/commands/consistency.md, `benchmarks/verify_tolerance.py`): on a correctly wired tiny
 CPU server (float32, random weights, SGLang 0.5.23 torch_native, 145 committed verify rows x 3 slots) the largest
 rel_diff between a verify row and the prefill of the same tokens was 8.8e-14 (MEASURED_FP32: different attention
 shapes and reduction orders, nothing else); the same rows shifted by one gave 1.2 to 1.3. Rounding noise in rel_diff

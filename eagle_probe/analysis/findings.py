@@ -59,7 +59,8 @@ VERIFY_PREFILL_MISMATCH = "verify_prefill_mismatch"  # analysis.consistency (`ea
 
 ERROR, WARNING, INFO = "error", "warning", "info"
 
-# Every code with its severity and one line of meaning (README and tests list these).
+# Every code with its severity and one line of meaning (docs/reference/findings.md is generated from it, with
+# analysis/finding_guide.py).
 CODES = {
     TBO_CAPTURE_LOST: (ERROR, "capture slots fall in the layers Two-Batch-Overlap runs, which never capture"),
     AUX_COUNT_MISMATCH: (ERROR, "the target returned fewer (or more) aux hidden states than configured"),
@@ -284,13 +285,12 @@ def draft_config_layer_finding(model_class: str, draft_ids, expected: Sequence[i
 def acceptance_collapse_finding(observed: float, expected: float, accuracy, positions: int,
                                 per_position: Sequence[float], drafts: int, threshold: float,
                                 seen_codes: Sequence[str]) -> Finding:
-    """accuracy: one per-token number or per-position conditional accuracies (analysis.acceptance)."""
+    """accuracy: per-position conditional accuracies (analysis.acceptance)."""
     from .acceptance import describe_accuracy
 
     causes = ", ".join(seen_codes) if seen_codes else "none observed in this process; run `eagle-probe doctor` " \
         "with the target and draft configs and --trained-layers"
-    if not isinstance(accuracy, (int, float)):
-        accuracy = [float(v) for v in accuracy]
+    accuracy = [float(v) for v in accuracy]
     return _finding(
         ACCEPTANCE_COLLAPSE,
         f"mean acceptance length {observed:.2f} tokens per step (bonus included) over {drafts} drafts is "

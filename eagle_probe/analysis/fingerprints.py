@@ -12,11 +12,13 @@ scaled by 1.5: spread 0.4).
 import math
 from typing import Dict, Optional, Sequence, Tuple
 
+# The reference file's format is vocabulary (config.py validates it); kept importable from here.
+from ..reference_format import REFERENCE_FORMAT, parse_reference  # noqa: F401
+
 RMS_SPREAD_TOLERANCE = 1e-2  # (max - min) / mean of one slot's rms across ranks, same step
 SIGNATURE_COSINE_TOLERANCE = 0.999  # lowest cosine of one slot's signatures across ranks, same step
 # A live slot against the training data's reference fingerprint of the same slot (other tokens than served: the
 # per-channel structure of a layer, not the numbers, is what is compared).
-REFERENCE_FORMAT = "eagle-probe-reference/1"
 REFERENCE_COSINE_TOLERANCE = 0.9
 REFERENCE_RMS_RATIO = 2.0  # live rms over the reference's, or its inverse, beyond this is a mismatch
 # Logging "on change": a slot's fingerprint is logged again when it moved this far from the last one logged.
@@ -81,20 +83,6 @@ def rank_disagreement(by_rank: Dict[int, Tuple[float, Sequence[float]]]) -> Opti
     return {"rms_spread": rms_spread, "lowest_signature_cosine": lowest, "rms": dict(zip(ranks, rms)),
             "ranks": sorted({high, low} | {r for r, c in cosines.items() if c is not None
                                            and c < SIGNATURE_COSINE_TOLERANCE} | {ranks[0]})}
-
-
-def parse_reference(data) -> list:
-    """The slots of a reference file's JSON ({slot, rms, signature}); raises ValueError naming what is wrong."""
-    if not isinstance(data, dict) or data.get("format") != REFERENCE_FORMAT:
-        raise ValueError(f"not an eagle-probe reference (format {REFERENCE_FORMAT!r}, from `eagle-probe reference`)")
-    slots = data.get("slots")
-    if not isinstance(slots, list) or not slots:
-        raise ValueError("no slots")
-    for entry in slots:
-        if not (isinstance(entry, dict) and isinstance(entry.get("rms"), (int, float))
-                and isinstance(entry.get("signature"), list)):
-            raise ValueError(f"slot entry {entry!r:.80} lacks rms or signature")
-    return slots
 
 
 def reference_mismatch(slot: int, rms: float, signature: Sequence[float], reference: list) -> Optional[dict]:

@@ -10,6 +10,8 @@ takes an optional `family` (a families.Family row) for the others.
 from dataclasses import dataclass
 from typing import Optional, Sequence, Tuple
 
+from ..layer_spec import parse_trained_layers  # noqa: F401 (its home is the vocabulary; kept importable here)
+
 from .. import families
 from ..versions import DEFAULT_LAYERS
 
@@ -116,33 +118,3 @@ TRAINED_LAYERS_HELP = (
     "layers the draft was trained on, with the convention named: 'hf:0,3,31' (HuggingFace "
     "output_hidden_states indices: 0 = embedding output, i = output of layer i-1) or 'sglang:-1,2,30' "
     "(layer numbers: -1 = embedding output, k = output of layer k); 'embedding' is accepted in both")
-
-
-def parse_trained_layers(spec: str) -> Tuple[int, ...]:
-    """'hf:0,3,31' or 'sglang:-1,2,30' (== 'layer:...') -> HF hidden_states indices.
-
-    Raises ValueError naming what is wrong. The same layers in both conventions: hf = layer number + 1.
-    """
-    if ":" not in spec:
-        raise ValueError("name the convention, e.g. 'hf:0,3,31' or 'sglang:-1,2,30'")
-    convention, _, body = spec.partition(":")
-    convention = convention.strip().lower()
-    if convention not in ("hf", "sglang", "layer"):
-        raise ValueError(f"unknown convention {convention!r}; accepted: hf, sglang (or layer)")
-    out = []
-    for token in (t.strip() for t in body.split(",")):
-        if token.lower() in ("embedding", "emb", "embed"):
-            out.append(0)
-            continue
-        try:
-            value = int(token)
-        except ValueError:
-            raise ValueError(f"{token!r} is not an integer or 'embedding'") from None
-        hf = value if convention == "hf" else value + 1
-        if hf < 0:
-            raise ValueError(f"{token!r} is below the embedding output "
-                             f"({'0' if convention == 'hf' else '-1'} in this convention)")
-        out.append(hf)
-    if not out:
-        raise ValueError("no layers given")
-    return tuple(out)

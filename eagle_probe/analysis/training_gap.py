@@ -99,7 +99,7 @@ def below_training_finding(comparison: dict, accuracy, accuracy_source: str, che
     clean_text = "; ".join(f"{c['check']} ({c['detail']})" for c in clean) or "none"
     clean_text += "".join(f"; {c['check']} not applicable ({c['detail']})" for c in checks if c["status"] == "n/a")
     unchecked_text = "; ".join(f"{c['check']} ({c['detail']})" for c in unchecked) or "none"
-    accuracy_list = [accuracy] if isinstance(accuracy, (int, float)) else list(accuracy)
+    accuracy_list = [float(v) for v in accuracy]
     message = (
         f"{where}: served mean accept length {comparison['served_mean_accept_length']:.2f} tokens per step (bonus "
         f"included) over {comparison['drafts']} drafts is {comparison['served_over_promised']:.0%} of the "

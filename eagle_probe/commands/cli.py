@@ -41,11 +41,19 @@ RUN_OPTIONS = (
     ("--dump-modes", "EAGLE_PROBE_DUMP_MODES", "forward modes dumped: extend (default), target_verify, or both "
      "(extend,target_verify: what `eagle-probe consistency` needs)"),
 )
+# `run` options with a parser of their own below (choices, a switch): (option, variable).
+OTHER_RUN_OPTIONS = (("--log-level", "EAGLE_PROBE_LOG_LEVEL"), ("--inner-forward", "EAGLE_PROBE_INNER_FORWARD"),
+                     ("--log-every-forward", "EAGLE_PROBE_LOG_EVERY_FORWARD"))
 PATH_OPTIONS = ("--log-dir", "--dump-dir", "--reference")
 # Options that do nothing without another: (options, the one they need, its variable).
 NEEDS = ((("--dump-every", "--dump-ranks", "--dump-layers", "--dump-max-mb", "--dump-modes"), "--dump-dir",
           "EAGLE_PROBE_DUMP_DIR"),
          (("--collapse-ratio", "--collapse-min-drafts"), "--draft-accuracy", "EAGLE_PROBE_DRAFT_ACCURACY"))
+
+
+def run_flags() -> dict:
+    """{variable: its `eagle-probe run` option}; EAGLE_PROBE_ENABLED has none (`run` is the probe switched on)."""
+    return {variable: option for option, variable, *_ in RUN_OPTIONS + OTHER_RUN_OPTIONS}
 
 
 def _dest(option: str) -> str:
@@ -60,9 +68,9 @@ def _option_values(args) -> dict:
         if value is not None and option in PATH_OPTIONS:
             value = os.path.abspath(value)
         values[variable] = (option, value)
-    values["EAGLE_PROBE_INNER_FORWARD"] = ("--inner-forward", args.inner_forward)
-    values["EAGLE_PROBE_LOG_LEVEL"] = ("--log-level", args.log_level)
-    values["EAGLE_PROBE_LOG_EVERY_FORWARD"] = ("--log-every-forward", "1" if args.log_every_forward else None)
+    for option, variable in OTHER_RUN_OPTIONS:
+        value = getattr(args, _dest(option))
+        values[variable] = (option, ("1" if value else None) if isinstance(value, bool) else value)
     return {name: (option, value) for name, (option, value) in values.items() if value is not None}
 
 
@@ -218,7 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
             run.add_argument(option, type=str.lower, choices=DUMP_LAYER_CHOICES, help=f"{text} [{variable}]")
         else:
             run.add_argument(option, type=_nonblank, help=f"{text} [{variable}]")
-    run.add_argument("--log-level", type=str.lower, choices=LOG_LEVELS)
+    run.add_argument("--log-level", type=str.lower, choices=LOG_LEVELS, help="the lowest level logged")
     run.add_argument("--log-every-forward", action="store_true", help="debug: a line per forward")
     run.add_argument("--inner-forward", type=str.lower, choices=INNER_FORWARD_MODES,
                      help="wrap inner model forwards (auto: off under torch.compile / piecewise CUDA graphs)")

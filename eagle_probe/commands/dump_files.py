@@ -1,4 +1,4 @@
-"""Reading the probe's dump files (README: "Dump files"): the one reader `replay` and `parity` share, with one set of
+"""Reading the probe's dump files (docs/values.md): the one reader `replay` and `parity` share, with one set of
 checks. A file that is not a usable dump raises DumpError naming the file and what is wrong, never a traceback."""
 
 import json
@@ -145,13 +145,13 @@ def dump_paths(path: str) -> Tuple[str, List[str]]:
     if os.path.isfile(path):
         return os.path.dirname(path) or ".", [path]
     if not os.path.isdir(path):
-        raise DumpError(f"--dump {path}: no such file or directory")
+        raise DumpError(f"--dump-dir {path}: no such file or directory")
     try:
         names = sorted(n for n in os.listdir(path) if n.endswith(SUFFIX))
     except OSError as exc:
-        raise DumpError(f"--dump {path}: cannot be listed ({exc.strerror or exc})") from None
+        raise DumpError(f"--dump-dir {path}: cannot be listed ({exc.strerror or exc})") from None
     if not names:
-        raise DumpError(f"--dump {path}: no dump files (*{SUFFIX}) in this directory; {NO_DUMPS_HINT}")
+        raise DumpError(f"--dump-dir {path}: no dump files (*{SUFFIX}) in this directory; {NO_DUMPS_HINT}")
     return path, [os.path.join(path, name) for name in names]
 
 
@@ -190,7 +190,7 @@ def read_dump_dir(path: str, layers: bool = True, strict: bool = False, modes=(E
             found.skipped.append((file, str(exc)))
     if not found.dumps:
         why = "; ".join(reason for _, reason in found.skipped[:3]) or f"none of forward mode {', '.join(modes)}"
-        raise DumpError(f"--dump {path}: no readable eagle-probe dumps ({why})")
+        raise DumpError(f"--dump-dir {path}: no readable eagle-probe dumps ({why})")
     _one_server(found.dumps, path)
     return found
 
@@ -210,5 +210,5 @@ def _one_server(dumps: List[Dump], path: str) -> None:
     if len(groups) > 1:
         named = "; ".join(f"SGLang {release}, {model} hidden {hidden}: {len(files)} file(s), e.g. "
                           f"{os.path.basename(files[0])}" for (release, model, hidden), files in sorted(groups.items()))
-        raise DumpError(f"--dump {path}: mixes dumps of {len(groups)} servers ({named}); give each server's dumps "
+        raise DumpError(f"--dump-dir {path}: mixes dumps of {len(groups)} servers ({named}); give each server's dumps "
                         f"a directory of their own (a dump file can also be named alone)")

@@ -6,7 +6,7 @@ relative difference (1 - 2 sum(xy) / (sum(x^2) + sum(y^2))) per token, summarise
 says which served HF index each training slot matches best, and the eagle_aux_hidden_state_layer_ids that make
 the target capture those, by the rule of the target's family (`--target DIR`: its config.json `architectures`;
 default: the class the dumps name). `--server URL -n N` first sends N training samples' input ids to a running
-server whose probe dumps every EXTEND forward into --dump.
+server whose probe dumps every EXTEND forward into --dump-dir.
 """
 
 import argparse
@@ -19,6 +19,7 @@ from ..analysis.draft_rules import ids_for_capture
 from ..analysis.findings import aux_value_mismatch_finding
 from ..analysis.layers import capture_label
 from . import target_family
+from .dump_dir_option import add_dump_dir_option
 from .dump_files import DumpError, read_dump_dir, wait_until_written
 from .output import finding_line, fix_lines
 from .sglang_server import ServerError, generate, server_release
@@ -35,7 +36,7 @@ def add_parser(subparsers):
         "parity", help="compare the states the server fed the draft with SpecForge training data",
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", required=True, help="SpecForge offline data directory (*.ckpt, *.ckpt.gz)")
-    parser.add_argument("--dump", required=True, help="the probe's dump directory (EAGLE_PROBE_DUMP_DIR)")
+    add_dump_dir_option(parser, "the probe's dump directory (EAGLE_PROBE_DUMP_DIR)")
     parser.add_argument("--server", help="URL of a running server to send training samples to first")
     parser.add_argument("-n", type=int, default=8, help="samples to send with --server (default 8)")
     parser.add_argument("--target", help="target model directory (or its config.json): its architectures decide "
@@ -193,8 +194,8 @@ def run(args) -> int:
             except ServerError as exc:
                 print(f"eagle-probe parity: {exc}", file=sys.stderr)
                 return 2
-            wait_until_written(args.dump)
-        dumps = read_dump_dir(args.dump)
+            wait_until_written(args.dump_dir)
+        dumps = read_dump_dir(args.dump_dir)
         report = compare(data.samples, dumps.dumps)
     except (DataError, DumpError) as exc:
         print(f"eagle-probe parity: {exc}", file=sys.stderr)

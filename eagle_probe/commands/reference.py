@@ -7,7 +7,7 @@ import json
 import os
 import sys
 
-from ..analysis.fingerprints import REFERENCE_FORMAT
+from ..reference_format import REFERENCE_FORMAT
 from .specforge_data import DataError, read_samples
 
 

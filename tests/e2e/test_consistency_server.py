@@ -58,8 +58,8 @@ def _consistency(dumps, server=None, target=None):
     """consistency against the server (its reference prefills) or the offline target; (exit status, report)."""
     reference = ["--server", server.base_url] if target is None else ["--target", target]
     started = time.monotonic()
-    out = subprocess.run([sys.executable, "-m", "eagle_probe.commands.cli", "consistency", "--dump", dumps, *reference,
-                          "--format", "json", "--max-sequences", "64"],
+    out = subprocess.run([sys.executable, "-m", "eagle_probe.commands.cli", "consistency", "--dump-dir", dumps,
+                          *reference, "--format", "json", "--max-sequences", "64"],
                          capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=ROOT), timeout=900)
     assert out.returncode in (0, 1), out.stderr
     report = json.loads(out.stdout)

@@ -104,7 +104,7 @@ def test_cli_json_keys(target, training_data, tmp_path, capsys):
     from eagle_probe.commands.cli import main
 
     dumps, _ = serve_and_dump(target, SERVED_IDS, tmp_path)
-    assert main(["parity", "--data", training_data, "--dump", dumps, "--format", "json"]) == 0
+    assert main(["parity", "--data", training_data, "--dump-dir", dumps, "--format", "json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["positions_matched"] == 16
     assert {"slot", "matches", "cosine", "rel_diff", "best_hf_index"} <= set(out["slots"][0])
@@ -140,10 +140,10 @@ def test_bad_inputs_are_named_not_raised(training_data, tmp_path, capsys):
     dumps = tmp_path / "dumps"
     dumps.mkdir()
     (dumps / "broken.safetensors").write_bytes(b"\x00\x01 not safetensors")
-    assert main(["parity", "--data", str(not_a_dict.parent), "--dump", str(dumps)]) == 2
+    assert main(["parity", "--data", str(not_a_dict.parent), "--dump-dir", str(dumps)]) == 2
     err = capsys.readouterr().err
     assert "data_0.ckpt" in err and "not SpecForge's dict" in err and "Traceback" not in err
-    assert main(["parity", "--data", training_data, "--dump", str(dumps)]) == 2
+    assert main(["parity", "--data", training_data, "--dump-dir", str(dumps)]) == 2
     err = capsys.readouterr().err
     assert "broken.safetensors" in err and "not a readable safetensors file" in err
     assert main(["reference", "--data", str(tmp_path / "missing"), "-o", str(tmp_path / "r.json")]) == 2

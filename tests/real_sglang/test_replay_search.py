@@ -154,7 +154,7 @@ def test_cli_text_and_json(served, planted_draft, capsys):
     from eagle_probe.commands.cli import main
 
     target, dump_dir, _ = served
-    args = ["replay", "--draft", planted_draft[0], "--target", target, "--dump", dump_dir]
+    args = ["replay", "--draft", planted_draft[0], "--target", target, "--dump-dir", dump_dir]
     assert main(args + ["--search", "--format", "json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert {"served", "best", "candidates", "near_ties", "finding", "search", "cost"} <= set(report)

@@ -28,8 +28,8 @@ def test_window_follows_vllm_definitions():
 
 
 def test_expected_length_is_geometric():
-    assert expected_mean_length(1.0, 5) == 6.0
-    assert expected_mean_length(0.5, 2) == pytest.approx(1 + 0.5 + 0.25)
+    assert expected_mean_length((1.0,), 5) == 6.0
+    assert expected_mean_length((0.5,), 2) == pytest.approx(1 + 0.5 + 0.25)
 
 
 def make_recorder(**config):
@@ -69,7 +69,7 @@ def test_metrics_match_the_steps_exactly():
 
 
 def test_periodic_event_and_collapse_finding_with_causes():
-    recorder, stream, _, clock = make_recorder(summary_interval_s=10, draft_accuracy=0.8, collapse_min_drafts=4)
+    recorder, stream, _, clock = make_recorder(summary_interval_s=10, draft_accuracy=(0.8,), collapse_min_drafts=4)
     recorder.finding(__import__("eagle_probe.analysis.findings", fromlist=["x"])._finding(
         "tbo_capture_lost", "slots lost", lost=[2]), "target")
     for _ in range(4):
@@ -88,7 +88,7 @@ def test_periodic_event_and_collapse_finding_with_causes():
 
 
 def test_no_collapse_when_acceptance_matches_training():
-    recorder, stream, _, clock = make_recorder(summary_interval_s=1, draft_accuracy=0.5, collapse_min_drafts=1)
+    recorder, stream, _, clock = make_recorder(summary_interval_s=1, draft_accuracy=(0.5,), collapse_min_drafts=1)
     recorder.verify_step(VerifyStep((1, 2, 0, 1), 2))
     clock[0] = 2
     recorder.verify_step(VerifyStep((1,), 2))

@@ -3,7 +3,6 @@ special: a 10 000-file directory, link loops, unreadable files, non-UTF-8 names)
 file (and the key or line) and what was wrong, with exit status 2; log lines are skipped, counted and listed instead.
 Never a traceback. Property-based tests: the log reader and the configuration parser on arbitrary input."""
 
-import inspect
 import io
 import json
 import math
@@ -23,7 +22,7 @@ from eagle_probe.commands.summarize import fields, logread
 from eagle_probe.commands.summarize.html_report import render_html
 from eagle_probe.commands.summarize.logread import LogReader
 from eagle_probe.commands.summarize.report import build_report, render_text
-from eagle_probe.config import ConfigError, ProbeConfig, load_config
+from eagle_probe.config import SETTINGS, ConfigError, ProbeConfig, load_config
 
 CORPUS = Path(__file__).parent / "bad_inputs"
 REAL_LOG = Path(__file__).parent.parent / "data" / "real-sglang-0.5.23-tp0.jsonl"
@@ -597,7 +596,7 @@ def test_report_renders_every_event_that_passes_the_checks(events):
 # -- run: every EAGLE_PROBE_* variable -----------------------------------------------------------------------------
 
 RUN = json.loads((CORPUS / "run" / "env.json").read_text())
-VARIABLES = sorted(set(re.findall(r'"(EAGLE_PROBE_[A-Z_]+)"', inspect.getsource(load_config))))
+VARIABLES = sorted(setting.variable for setting in SETTINGS)  # every variable load_config reads
 
 
 @pytest.fixture

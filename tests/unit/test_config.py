@@ -40,3 +40,14 @@ def test_inner_forward_auto_follows_compile_flags():
     assert not inner_forward_enabled(auto, ["-m", "--enable-torch-compile"])
     assert not inner_forward_enabled(auto, ["--enable-piecewise-cuda-graph=true"])
     assert inner_forward_enabled(ProbeConfig(inner_forward="on"), ["--enable-torch-compile"])
+
+
+def test_settings_cover_every_field_once():
+    """load_config reads one variable per configuration field, from the SETTINGS table (the docs' one source)."""
+    import dataclasses
+
+    from eagle_probe.config import SETTINGS
+
+    assert sorted(s.field for s in SETTINGS) == sorted(f.name for f in dataclasses.fields(ProbeConfig))
+    assert len({s.variable for s in SETTINGS}) == len(SETTINGS)
+    assert all(s.variable.startswith("EAGLE_PROBE_") and s.meaning for s in SETTINGS)

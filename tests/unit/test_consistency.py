@@ -213,7 +213,7 @@ def _closed_port():
 
 
 def test_missing_dump_directory(tmp_path):
-    out = _cli("--dump", str(tmp_path / "nope"), "--server", "http://127.0.0.1:1")
+    out = _cli("--dump-dir", str(tmp_path / "nope"), "--server", "http://127.0.0.1:1")
     assert out.returncode == 2 and "no such file or directory" in out.stderr and "target_verify" in out.stderr
 
 
@@ -222,7 +222,7 @@ def test_extend_dumps_only(tmp_path):
     states = _sequence_states(tokens)
     _write(tmp_path, [DumpJob({AUX: states, FINAL: states[:, :H], INPUT_IDS: torch.tensor(tokens),
                                POSITIONS: torch.arange(3)}, _meta("EXTEND"))])
-    out = _cli("--dump", str(tmp_path), "--server", "http://127.0.0.1:1")
+    out = _cli("--dump-dir", str(tmp_path), "--server", "http://127.0.0.1:1")
     assert out.returncode == 2 and "TARGET_VERIFY" in out.stderr and "EAGLE_PROBE_DUMP_MODES" in out.stderr
 
 
@@ -230,13 +230,13 @@ def test_unknown_acceptance_only(tmp_path):
     job = _verify_job([4], wait_s=0.0)
     job.metadata.update(_meta("TARGET_VERIFY", rows_per_request=3, requests=1))
     _write(tmp_path, [job])
-    out = _cli("--dump", str(tmp_path), "--server", "http://127.0.0.1:1")
+    out = _cli("--dump-dir", str(tmp_path), "--server", "http://127.0.0.1:1")
     assert out.returncode == 2 and "no request's committed rows are known" in out.stderr
 
 
 def test_server_unreachable(tmp_path):
     _served_files(tmp_path)
-    out = _cli("--dump", str(tmp_path), "--server", f"http://127.0.0.1:{_closed_port()}", "--format", "json")
+    out = _cli("--dump-dir", str(tmp_path), "--server", f"http://127.0.0.1:{_closed_port()}", "--format", "json")
     assert out.returncode == 2 and "unreachable" in out.stderr and out.stdout == ""
 
 
@@ -260,7 +260,7 @@ def test_dumps_of_two_servers_are_refused_and_left_in_place(tmp_path):
     before = sorted(os.listdir(tmp_path))
     with pytest.raises(DumpError, match=r"mixes dumps of 2 servers \(SGLang 0\.5\.23, DeepseekV3ForCausalLM hidden 8"):
         read_dump_dir(str(tmp_path))  # replay and parity
-    out = _cli("--dump", str(tmp_path), "--server", "http://127.0.0.1:1")
+    out = _cli("--dump-dir", str(tmp_path), "--server", "http://127.0.0.1:1")
     assert out.returncode == 2 and "SGLang 0.5.8" in out.stderr and "SGLang 0.5.23" in out.stderr
     assert "a directory of their own" in out.stderr and sorted(os.listdir(tmp_path)) == before
     assert read_verify_rows(first[1]).release == "0.5.23"  # one file named alone is one server's
@@ -277,7 +277,7 @@ def test_a_server_that_is_not_sglang_is_named_before_anything_is_sent(tmp_path, 
     served["/flush_cache"] = (200, "")  # even a server that would accept the flush is refused first
     _served_files(tmp_path)
     before = sorted(os.listdir(tmp_path))
-    out = _cli("--dump", str(tmp_path), "--server", url)
+    out = _cli("--dump-dir", str(tmp_path), "--server", url)
     assert out.returncode == 2 and "not as an SGLang server" in out.stderr and said in out.stderr
     assert sorted(os.listdir(tmp_path)) == before and seen == [("GET", "/server_info")]
 
@@ -286,7 +286,7 @@ def test_a_server_of_another_release_than_the_dumps_is_refused(tmp_path, http_se
     url, served, _ = http_server
     served["/server_info"] = (200, json.dumps({"version": "0.5.8", "model_path": "m"}))
     _served_files(tmp_path, sglang_version="0.5.23")
-    out = _cli("--dump", str(tmp_path), "--server", url, "--format", "json")
+    out = _cli("--dump-dir", str(tmp_path), "--server", url, "--format", "json")
     assert out.returncode == 2 and out.stdout == ""
     assert "runs SGLang 0.5.8, but the dumps" in out.stderr and "served by SGLang 0.5.23" in out.stderr
 
@@ -323,11 +323,11 @@ def _offline(capsys, *args):
 def test_offline_target_agrees_with_its_own_states_and_names_shifted_rows(tmp_path, capsys, tiny_target):
     target, states = tiny_target
     _served_files(tmp_path / "clean", states=states)
-    code, report, _ = _offline(capsys, "--dump", str(tmp_path / "clean"), "--target", target)
+    code, report, _ = _offline(capsys, "--dump-dir", str(tmp_path / "clean"), "--target", target)
     assert code == 0 and report["reference"] == "target" and report["server"] is None
     assert report["rows_compared"] == 3 and max(s["largest_rel_diff"] for s in report["slots"]) < 1e-12
     _served_files(tmp_path / "shifted", states=states, shift=True)
-    code, report, _ = _offline(capsys, "--dump", str(tmp_path / "shifted"), "--target", target)
+    code, report, _ = _offline(capsys, "--dump-dir", str(tmp_path / "shifted"), "--target", target)
     assert code == 1 and [f["evidence"]["slot"] for f in report["findings"]] == [0, 1, 2]
     assert report["cost"]["load_s"] > 0 and report["cost"]["prefill_s"] > 0
 
@@ -335,23 +335,23 @@ def test_offline_target_agrees_with_its_own_states_and_names_shifted_rows(tmp_pa
 def test_offline_target_that_is_not_the_served_model(tmp_path, capsys, tiny_target):
     target, _ = tiny_target
     _served_files(tmp_path, hf_indices=[2, 4, 7], capture_indices=[2, 4, 7])  # a layer the model does not have
-    code, report, err = _offline(capsys, "--dump", str(tmp_path), "--target", target)
+    code, report, err = _offline(capsys, "--dump-dir", str(tmp_path), "--target", target)
     assert code == 2 and report is None and "6 layers of hidden size 8" in err and "not the model" in err
 
 
 def test_offline_target_bad_directories(tmp_path, capsys):
     _served_files(tmp_path / "dumps")
     dumps = str(tmp_path / "dumps")
-    code, _, err = _offline(capsys, "--dump", dumps, "--target", str(tmp_path / "nope"))
+    code, _, err = _offline(capsys, "--dump-dir", dumps, "--target", str(tmp_path / "nope"))
     assert code == 2 and "nope: not a directory" in err
     (tmp_path / "empty").mkdir()
-    code, _, err = _offline(capsys, "--dump", dumps, "--target", str(tmp_path / "empty"))
+    code, _, err = _offline(capsys, "--dump-dir", dumps, "--target", str(tmp_path / "empty"))
     assert code == 2 and "no config.json" in err
     (tmp_path / "empty" / "config.json").write_text(json.dumps({"architectures": ["NoSuchForCausalLM"]}))
-    code, _, err = _offline(capsys, "--dump", dumps, "--target", str(tmp_path / "empty"))
+    code, _, err = _offline(capsys, "--dump-dir", dumps, "--target", str(tmp_path / "empty"))
     assert code == 2 and "no weight files" in err
     (tmp_path / "empty" / "model.safetensors").write_bytes(b"not a checkpoint")
-    code, _, err = _offline(capsys, "--dump", dumps, "--target", str(tmp_path / "empty"))
+    code, _, err = _offline(capsys, "--dump-dir", dumps, "--target", str(tmp_path / "empty"))
     assert code == 2 and "cannot load it (NoSuchForCausalLM)" in err and "--server" in err
 
 
@@ -366,7 +366,7 @@ def test_offline_target_too_large_for_this_machine_is_refused_before_loading(tmp
 
 def test_server_or_target_exactly_one(tmp_path):
     _served_files(tmp_path)
-    out = _cli("--dump", str(tmp_path))
+    out = _cli("--dump-dir", str(tmp_path))
     assert out.returncode == 2 and "one of the arguments --server --target is required" in out.stderr
-    out = _cli("--dump", str(tmp_path), "--server", "http://127.0.0.1:1", "--target", str(tmp_path))
+    out = _cli("--dump-dir", str(tmp_path), "--server", "http://127.0.0.1:1", "--target", str(tmp_path))
     assert out.returncode == 2 and "not allowed with argument" in out.stderr

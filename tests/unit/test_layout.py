@@ -9,7 +9,8 @@ import pytest
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "eagle_probe"
 # What a serving process loads: the runtime, the shared vocabulary, the bootstrap.
-SHARED = ("__init__.py", "config.py", "events.py", "versions.py", "families.py", "observations.py", "dump_format.py")
+SHARED = ("__init__.py", "config.py", "events.py", "versions.py", "families.py", "observations.py", "dump_format.py",
+          "layer_spec.py", "reference_format.py")
 SERVING = sorted([*PACKAGE.glob("runtime/**/*.py"), *(PACKAGE / name for name in SHARED),
                   *PACKAGE.glob("bootstrap/*.py")])
 ANALYSIS = sorted(PACKAGE.glob("analysis/*.py"))
@@ -49,10 +50,20 @@ def test_analysis_imports_no_sglang_and_no_commands(path):
     assert not [n for n in names if n.startswith("eagle_probe.runtime")]
 
 
+# The vocabulary both sides share: it imports nothing above it (no analysis, runtime or commands).
+VOCABULARY = [PACKAGE / name for name in ("config.py", "dump_format.py", "events.py", "families.py",
+                                          "layer_spec.py", "observations.py", "reference_format.py", "versions.py")]
+
+
+@pytest.mark.parametrize("path", VOCABULARY, ids=lambda p: p.name)
+def test_vocabulary_imports_nothing_above_it(path):
+    above = ("eagle_probe.analysis", "eagle_probe.runtime", "eagle_probe.commands")
+    assert not [n for n in imported_names(path) if n.startswith(above)]
+
+
 def test_top_level_holds_only_the_shared_vocabulary():
     modules = sorted(p.name for p in PACKAGE.glob("*.py"))
-    assert modules == ["__init__.py", "__main__.py", "config.py", "dump_format.py", "events.py", "families.py",
-                       "observations.py", "versions.py"]
+    assert modules == ["__init__.py", "__main__.py"] + sorted(p.name for p in VOCABULARY)
     assert sorted(p.name for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__") == [
         "analysis", "bootstrap", "commands", "runtime"]
 

@@ -54,7 +54,7 @@ def parity(capsys, *args):
 
 def test_ids_to_set_for_a_llama_target(tmp_path, capsys):
     data, dumps = write_inputs(tmp_path)
-    code, report, _ = parity(capsys, "--data", data, "--dump", dumps, "--target", write_target(tmp_path,
+    code, report, _ = parity(capsys, "--data", data, "--dump-dir", dumps, "--target", write_target(tmp_path,
                                                                                                "LlamaForCausalLM"))
     assert code == 0
     assert [s["best_hf_index"] for s in report["slots"]] == list(TRAINED)
@@ -64,20 +64,20 @@ def test_ids_to_set_for_a_llama_target(tmp_path, capsys):
 
 def test_family_from_the_dumps_and_text_output(tmp_path, capsys):
     data, dumps = write_inputs(tmp_path, model_class="DeepseekV3ForCausalLM")
-    code, report, _ = parity(capsys, "--data", data, "--dump", dumps)
+    code, report, _ = parity(capsys, "--data", data, "--dump-dir", dumps)
     assert report["ids_to_set"]["ids"] == list(TRAINED)  # DeepSeek on 0.5.23: as given (the first is not 1)
     gpt_oss = write_target(tmp_path, "GptOssForCausalLM")
-    assert main(["parity", "--data", data, "--dump", dumps, "--target", gpt_oss]) == 0
+    assert main(["parity", "--data", data, "--dump-dir", dumps, "--target", gpt_oss]) == 0
     out = capsys.readouterr().out
     assert "target family: GPT-OSS" in out and "eagle_aux_hidden_state_layer_ids = [2, 4, 5]" in out
 
 
 def test_unserved_target_and_bad_target(tmp_path, capsys):
     data, dumps = write_inputs(tmp_path)
-    code, report, _ = parity(capsys, "--data", data, "--dump", dumps, "--target", write_target(tmp_path,
+    code, report, _ = parity(capsys, "--data", data, "--dump-dir", dumps, "--target", write_target(tmp_path,
                                                                                                "OPTForCausalLM"))
     assert report["ids_to_set"]["ids"] is None and "OPTForCausalLM" in report["ids_to_set"]["impossible"]
-    code, _, err = parity(capsys, "--data", data, "--dump", dumps, "--target", str(tmp_path / "missing"))
+    code, _, err = parity(capsys, "--data", data, "--dump-dir", dumps, "--target", str(tmp_path / "missing"))
     assert code == 2 and "missing" in err
 
 
@@ -85,7 +85,7 @@ def test_server_that_is_not_sglang_gets_no_samples(tmp_path, capsys, http_server
     url, served, seen = http_server
     served["/generate"] = (200, "{}")  # it would even take them
     data, dumps = write_inputs(tmp_path)
-    code, report, err = parity(capsys, "--data", data, "--dump", dumps, "--server", url)
+    code, report, err = parity(capsys, "--data", data, "--dump-dir", dumps, "--server", url)
     assert code == 2 and report is None
     assert f"--server {url}: answers, but not as an SGLang server (GET /server_info: 404" in err
     assert seen == [("GET", "/server_info")]
@@ -96,7 +96,7 @@ def test_samples_sent_to_an_sglang_server_then_compared(tmp_path, capsys, http_s
     served["/server_info"] = (200, json.dumps({"version": "0.5.23"}))
     served["/generate"] = (200, json.dumps({"text": "x"}))
     data, dumps = write_inputs(tmp_path)
-    code, report, _ = parity(capsys, "--data", data, "--dump", dumps, "--server", url, "-n", "4")
+    code, report, _ = parity(capsys, "--data", data, "--dump-dir", dumps, "--server", url, "-n", "4")
     assert code == 0 and report["positions_matched"] == SEQ
     assert seen == [("GET", "/server_info"), ("POST", "/generate")]  # the one sample there is
 
@@ -121,7 +121,7 @@ def test_samples_sent_then_the_dump_written_after_the_answer_is_waited_for(tmp_p
 
     served["/server_info"] = (200, json.dumps({"version": "0.5.23"}))
     served["/generate"] = generated
-    code, report, err = parity(capsys, "--data", data, "--dump", dumps, "--server", url)
+    code, report, err = parity(capsys, "--data", data, "--dump-dir", dumps, "--server", url)
     assert code == 0 and report["positions_matched"] == SEQ, err
 
 

@@ -198,7 +198,7 @@ def test_duplicate_ranks_are_read_once(tmp_path):
 
 def test_a_run_on_synthetic_inputs_has_the_documented_keys(inputs, capsys):
     draft, target, dumps, _ = inputs
-    code, out, err = replay(capsys, "--draft", draft, "--target", target, "--dump", dumps, "--search",
+    code, out, err = replay(capsys, "--draft", draft, "--target", target, "--dump-dir", dumps, "--search",
                             "--format", "json")
     assert code == 0, err
     report = json.loads(out)
@@ -221,21 +221,21 @@ def _bad(capsys, args, *needles):
 
 def test_missing_and_corrupt_checkpoints(inputs, tmp_path, capsys):
     draft, target, dumps, _ = inputs
-    _bad(capsys, ["--draft", str(tmp_path / "nope"), "--target", target, "--dump", dumps], "nope",
+    _bad(capsys, ["--draft", str(tmp_path / "nope"), "--target", target, "--dump-dir", dumps], "nope",
          "no such directory")
     empty = tmp_path / "empty"
     empty.mkdir()
     (empty / "config.json").write_text(open(os.path.join(draft, "config.json")).read())
-    _bad(capsys, ["--draft", str(empty), "--target", target, "--dump", dumps], str(empty), "no *.safetensors")
+    _bad(capsys, ["--draft", str(empty), "--target", target, "--dump-dir", dumps], str(empty), "no *.safetensors")
     (empty / "model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not a header}")
-    _bad(capsys, ["--draft", str(empty), "--target", target, "--dump", dumps], "model.safetensors",
+    _bad(capsys, ["--draft", str(empty), "--target", target, "--dump-dir", dumps], "model.safetensors",
          "not a readable safetensors file")
     broken = tmp_path / "broken-target"
     broken.mkdir()
     (broken / "model.safetensors").write_bytes(b"garbage")
-    _bad(capsys, ["--draft", draft, "--target", str(broken), "--dump", dumps], str(broken / "model.safetensors"))
+    _bad(capsys, ["--draft", draft, "--target", str(broken), "--dump-dir", dumps], str(broken / "model.safetensors"))
     (empty / "config.json").write_text("{not json")
-    _bad(capsys, ["--draft", str(empty), "--target", target, "--dump", dumps], "config.json", "not valid JSON")
+    _bad(capsys, ["--draft", str(empty), "--target", target, "--dump-dir", dumps], "config.json", "not valid JSON")
 
 
 def test_truncated_safetensors_named(inputs, tmp_path, capsys):
@@ -243,7 +243,7 @@ def test_truncated_safetensors_named(inputs, tmp_path, capsys):
     data = open(dump_file, "rb").read()
     with open(dump_file, "wb") as handle:
         handle.write(data[: len(data) // 2])
-    _bad(capsys, ["--draft", draft, "--target", target, "--dump", dumps], dump_file)
+    _bad(capsys, ["--draft", draft, "--target", target, "--dump-dir", dumps], dump_file)
 
 
 def test_missing_tensors_named(inputs, tmp_path, capsys):
@@ -253,20 +253,20 @@ def test_missing_tensors_named(inputs, tmp_path, capsys):
     tensors = load_file(os.path.join(draft, "model.safetensors"))
     del tensors["fc.weight"]
     save_file(tensors, os.path.join(draft, "model.safetensors"))
-    _bad(capsys, ["--draft", draft, "--target", target, "--dump", dumps], draft, "missing tensor fc.weight")
+    _bad(capsys, ["--draft", draft, "--target", target, "--dump-dir", dumps], draft, "missing tensor fc.weight")
     draft2 = write_draft(tmp_path / "draft2")
     tensors = load_file(os.path.join(draft2, "model.safetensors"))
     del tensors["midlayer.mlp.down_proj.weight"]
     save_file(tensors, os.path.join(draft2, "model.safetensors"))
-    _bad(capsys, ["--draft", draft2, "--target", target, "--dump", dumps], "layers.0.mlp.down_proj.weight")
+    _bad(capsys, ["--draft", draft2, "--target", target, "--dump-dir", dumps], "layers.0.mlp.down_proj.weight")
     no_embed = tmp_path / "target2"
     no_embed.mkdir()
     save_file({"lm_head.weight": torch.zeros(VOCAB, H)}, str(no_embed / "model.safetensors"))
-    _bad(capsys, ["--draft", draft2, "--target", str(no_embed), "--dump", dumps], "model.embed_tokens.weight")
+    _bad(capsys, ["--draft", draft2, "--target", str(no_embed), "--dump-dir", dumps], "model.embed_tokens.weight")
     nodump = tmp_path / "nodump"
     write_dump(nodump, drop=("final_hidden_state",))
     draft3 = write_draft(tmp_path / "draft3")
-    _bad(capsys, ["--draft", draft3, "--target", target, "--dump", str(nodump)], "final_hidden_state", "dump ")
+    _bad(capsys, ["--draft", draft3, "--target", target, "--dump-dir", str(nodump)], "final_hidden_state", "dump ")
 
 
 def test_target_index_names_a_missing_shard(inputs, tmp_path, capsys):
@@ -276,55 +276,55 @@ def test_target_index_names_a_missing_shard(inputs, tmp_path, capsys):
     (target / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {
         "model.embed_tokens.weight": "model-00001-of-00002.safetensors",
         "lm_head.weight": "model-00002-of-00002.safetensors"}}))
-    _bad(capsys, ["--draft", draft, "--target", str(target), "--dump", dumps], "model-00001-of-00002.safetensors",
+    _bad(capsys, ["--draft", draft, "--target", str(target), "--dump-dir", dumps], "model-00001-of-00002.safetensors",
          "no such file")
 
 
 def test_dump_directory_without_dumps(inputs, tmp_path, capsys):
     draft, target, _, _ = inputs
     (tmp_path / "none").mkdir()
-    _bad(capsys, ["--draft", draft, "--target", target, "--dump", str(tmp_path / "none")], "no dump files")
+    _bad(capsys, ["--draft", draft, "--target", target, "--dump-dir", str(tmp_path / "none")], "no dump files")
     other = tmp_path / "other"
     other.mkdir()
     save_file({"x": torch.zeros(2)}, str(other / "x.safetensors"))
-    _bad(capsys, ["--draft", draft, "--target", target, "--dump", str(other)], "x.safetensors",
+    _bad(capsys, ["--draft", draft, "--target", target, "--dump-dir", str(other)], "x.safetensors",
          "not an eagle-probe dump")
     single = tmp_path / "single"
     write_dump(single, lens=(1, 1))
-    _bad(capsys, ["--draft", draft, "--target", target, "--dump", str(single)], "no request in the dumps has two")
+    _bad(capsys, ["--draft", draft, "--target", target, "--dump-dir", str(single)], "no request in the dumps has two")
 
 
 def test_mismatched_widths(inputs, tmp_path, capsys):
     draft, target, dumps, dump_file = inputs
     four = write_draft(tmp_path / "four", num_aux=4)
-    _bad(capsys, ["--draft", four, "--target", target, "--dump", dumps], dump_file, "fc", "4 x 64 = 256",
+    _bad(capsys, ["--draft", four, "--target", target, "--dump-dir", dumps], dump_file, "fc", "4 x 64 = 256",
          "3 aux slots of width 64")
     wide = tmp_path / "wide"
     write_dump(wide, hidden=32)
-    _bad(capsys, ["--draft", draft, "--target", target, "--dump", str(wide)], "width 32")
+    _bad(capsys, ["--draft", draft, "--target", target, "--dump-dir", str(wide)], "width 32")
     bad_fc = write_draft(tmp_path / "badfc")
     from safetensors.torch import load_file
     tensors = load_file(os.path.join(bad_fc, "model.safetensors"))
     tensors["fc.weight"] = torch.zeros(H, 2 * H)
     save_file(tensors, os.path.join(bad_fc, "model.safetensors"))
-    _bad(capsys, ["--draft", bad_fc, "--target", target, "--dump", dumps], "fc.weight has shape [64, 128]")
+    _bad(capsys, ["--draft", bad_fc, "--target", target, "--dump-dir", dumps], "fc.weight has shape [64, 128]")
 
 
 def test_search_needs_all_layer_dumps_and_bad_options(inputs, tmp_path, capsys):
     draft, target, _, _ = inputs
     aux_only = tmp_path / "aux"
     write_dump(aux_only, layers=False)
-    _bad(capsys, ["--draft", draft, "--target", target, "--dump", str(aux_only), "--search"],
+    _bad(capsys, ["--draft", draft, "--target", target, "--dump-dir", str(aux_only), "--search"],
          "EAGLE_PROBE_DUMP_LAYERS=all")
     dumps = str(tmp_path / "dumps")
-    _bad(capsys, ["--draft", draft, "--target", target, "--dump", dumps, "--wiring", "hf:1,2"], "--wiring",
+    _bad(capsys, ["--draft", draft, "--target", target, "--dump-dir", dumps, "--wiring", "hf:1,2"], "--wiring",
          "takes 3 aux states")
-    _bad(capsys, ["--draft", draft, "--target", target, "--dump", dumps, "--wiring", "0,1,2"], "--wiring",
+    _bad(capsys, ["--draft", draft, "--target", target, "--dump-dir", dumps, "--wiring", "0,1,2"], "--wiring",
          "name the convention")
-    _bad(capsys, ["--draft", draft, "--target", target, "--dump", dumps, "--sglang-version", "x.y"],
+    _bad(capsys, ["--draft", draft, "--target", target, "--dump-dir", dumps, "--sglang-version", "x.y"],
          "--sglang-version")
     if not torch.cuda.is_available():
-        _bad(capsys, ["--draft", draft, "--target", target, "--dump", dumps, "--device", "cuda"], "--device cuda")
+        _bad(capsys, ["--draft", draft, "--target", target, "--dump-dir", dumps, "--device", "cuda"], "--device cuda")
 
 
 def test_replay_prints_the_ids_to_set_by_the_target_family(tmp_path, capsys):
@@ -335,7 +335,7 @@ def test_replay_prints_the_ids_to_set_by_the_target_family(tmp_path, capsys):
     with open(os.path.join(llama, "config.json"), "w") as handle:
         json.dump({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": H,
                    "vocab_size": VOCAB}, handle)
-    code, out, err = replay(capsys, "--draft", draft, "--target", llama, "--dump", dumps, "--search",
+    code, out, err = replay(capsys, "--draft", draft, "--target", llama, "--dump-dir", dumps, "--search",
                             "--sglang-version", "0.5.23", "--format", "json")
     assert code == 0, err
     report = json.loads(out)

@@ -1,13 +1,11 @@
 """`eagle-probe run`: every probe option as a flag, checked before launch; a flag overrides its variable."""
 
-import inspect
 import json
 import os
-import re
 
 import pytest
 
-from eagle_probe.commands.cli import RUN_OPTIONS, main
+from eagle_probe.commands.cli import build_parser, main
 from eagle_probe.config import load_config
 
 
@@ -64,10 +62,16 @@ def test_every_option_reaches_the_launched_environment(tmp_path, capsys, launch,
 
 
 def test_every_variable_but_enabled_has_a_flag():
-    variables = set(re.findall(r'"(EAGLE_PROBE_[A-Z_]+)"', inspect.getsource(load_config)))
-    flagged = {variable for _, variable, _ in RUN_OPTIONS} | {
-        "EAGLE_PROBE_LOG_LEVEL", "EAGLE_PROBE_INNER_FORWARD", "EAGLE_PROBE_LOG_EVERY_FORWARD"}
-    assert variables - flagged == {"EAGLE_PROBE_ENABLED"}  # `run` is the probe switched on
+    from eagle_probe.commands.cli import run_flags
+    from eagle_probe.config import SETTINGS
+
+    variables = {setting.variable for setting in SETTINGS}
+    flags = run_flags()
+    assert variables - set(flags) == {"EAGLE_PROBE_ENABLED"}  # `run` is the probe switched on
+    assert set(flags) <= variables
+    options = {a.option_strings[0] for a in build_parser()._subparsers._group_actions[0].choices["run"]._actions
+               if a.option_strings}
+    assert set(flags.values()) <= options
 
 
 def test_a_flag_overrides_its_variable(capsys, launch, monkeypatch):

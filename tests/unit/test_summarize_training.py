@@ -72,15 +72,15 @@ def test_promise_is_the_product_of_conditional_accuracies():
 
 
 def test_a_handful_of_steps_never_fires():
-    assert not compare(0.75, 8, [0.25, 0.0, 0.0], 1.25)["below"]  # 8 request-steps: too few to judge
-    assert not compare(0.75, 100, [0.68, 0.5, 0.35], 2.53)["below"]  # 93 % of the promise: within tolerance
-    assert not compare(0.75, 64, [0.6, 0.4, 0.3], 2.3)["below"]  # 84 %, but 1.9 standard errors: chance
-    assert compare(0.75, 400, [0.25, 0.05, 0.0], 1.3)["below"]
+    assert not compare((0.75,), 8, [0.25, 0.0, 0.0], 1.25)["below"]  # 8 request-steps: too few to judge
+    assert not compare((0.75,), 100, [0.68, 0.5, 0.35], 2.53)["below"]  # 93 % of the promise: within tolerance
+    assert not compare((0.75,), 64, [0.6, 0.4, 0.3], 2.3)["below"]  # 84 %, but 1.9 standard errors: chance
+    assert compare((0.75,), 400, [0.25, 0.05, 0.0], 1.3)["below"]
 
 
 def test_a_small_gap_within_tolerance_is_not_below():
-    promised = expected_mean_length(0.8, 3)
-    assert not compare(0.8, 10 ** 6, [0.78, 0.6, 0.47], promised * 0.95)["below"]
+    promised = expected_mean_length((0.8,), 3)
+    assert not compare((0.8,), 10 ** 6, [0.78, 0.6, 0.47], promised * 0.95)["below"]
 
 
 # -- summarize -------------------------------------------------------------------------------------------------------
@@ -105,7 +105,7 @@ def test_vocab_map_missing_scenario_without_a_finding_is_named(tmp_path, capsys)
     assert "FINDING acceptance_below_training [error]" in text and "No finding explains it" in text
     assert "BELOW what training promised" in text and "eagle-probe run --dump-dir DUMPS --dump-modes " \
         "extend,target_verify" in text
-    assert "eagle-probe consistency --dump DUMPS --server" in text and "eagle-probe replay" in text
+    assert "eagle-probe consistency --dump-dir DUMPS --server" in text and "eagle-probe replay" in text
 
 
 def test_off_by_one_verify_scenario_is_a_warning(tmp_path, capsys):
@@ -164,9 +164,9 @@ def test_accuracy_from_the_logged_acceptance_event(tmp_path, capsys):
 
 
 def test_accuracy_from_the_logged_expected_length(tmp_path, capsys):
-    event = acceptance([0.2, 0.05, 0.01], expected_mean_accept_length=expected_mean_length(0.8, 3))
+    event = acceptance([0.2, 0.05, 0.01], expected_mean_accept_length=expected_mean_length((0.8,), 3))
     doc = summarize(tmp_path, capsys, healthy_run() + [event])
-    assert doc["training"]["accuracy"] == pytest.approx(0.8, abs=1e-5)
+    assert doc["training"]["accuracy"] == [pytest.approx(0.8, abs=1e-5)]
     assert "approximate" in doc["training"]["accuracy_source"]
     assert len(below(doc)) == 1
 
@@ -191,7 +191,7 @@ def test_dumps_in_the_logs_are_named_in_the_next_steps(tmp_path, capsys):
                                    bytes=10)]
     [found] = summarize(tmp_path, capsys, events, "--draft-accuracy", "0.75")["training"]["findings"]
     steps = found["evidence"]["next_steps"]
-    assert not any("--dump-dir DUMPS" in s for s in steps) and "--dump /data/dumps --search" in steps[-1]
+    assert not any("--dump-dir DUMPS" in s for s in steps) and "--dump-dir /data/dumps --search" in steps[-1]
 
 
 def test_vocabulary_check_reads_the_load_event(tmp_path, capsys):

@@ -14,9 +14,8 @@ from test_acceptance import make_recorder
 
 
 def test_one_number_keeps_its_meaning():
-    assert load_config({"EAGLE_PROBE_DRAFT_ACCURACY": "0.75"}).draft_accuracy == 0.75
-    assert expected_mean_length(0.75, 3) == pytest.approx(1 + 0.75 + 0.75 ** 2 + 0.75 ** 3)
-    assert expected_mean_length((0.75,), 3) == expected_mean_length(0.75, 3)  # one position given: it repeats
+    assert load_config({"EAGLE_PROBE_DRAFT_ACCURACY": "0.75"}).draft_accuracy == (0.75,)  # one form: a tuple
+    assert expected_mean_length((0.75,), 3) == pytest.approx(1 + 0.75 + 0.75 ** 2 + 0.75 ** 3)
 
 
 def test_per_position_accuracies_are_conditional():
@@ -30,8 +29,24 @@ def test_per_position_accuracies_are_conditional():
     assert expected_mean_length((0.75, 0.62, 0.55), 1) == pytest.approx(1.75)
 
 
+def test_one_form_everywhere():
+    """The variable, summarize's option and an old log's bare number all give per-position accuracies."""
+    from eagle_probe.analysis.findings import acceptance_collapse_finding
+    from eagle_probe.commands.cli import build_parser
+    from eagle_probe.commands.summarize.training import find_accuracy
+    from eagle_probe.config import parse_accuracy
+
+    assert parse_accuracy("0.75") == (0.75,) and parse_accuracy("0.75,0.5") == (0.75, 0.5)
+    assert build_parser().parse_args(["summarize", "--draft-accuracy", "0.75"]).draft_accuracy == (0.75,)
+    old_log = [{"event": "eagle_probe.acceptance", "draft_accuracy": 0.75}]  # a bare number, as older probes wrote
+    assert find_accuracy(old_log, None)[0] == (0.75,)
+    finding = acceptance_collapse_finding(1.2, 2.0, (0.75,), 3, [0.1, 0.05, 0.0], 64, 0.6, [])
+    assert finding.evidence_dict()["draft_accuracy"] == [0.75]
+    assert "a per-token draft accuracy of 0.75" in finding.message
+
+
 def test_to_env_round_trips():
-    for value in (0.75, (0.75, 0.62, 0.55)):
+    for value in ((0.75,), (0.75, 0.62, 0.55)):
         env = ProbeConfig(draft_accuracy=value).to_env()
         assert load_config(env).draft_accuracy == value
     assert ProbeConfig(draft_accuracy=(0.75, 0.5)).to_env()["EAGLE_PROBE_DRAFT_ACCURACY"] == "0.75,0.5"
@@ -51,7 +66,7 @@ def test_bad_accuracies_name_the_variable_and_position(value, why):
 
 
 def test_accuracy_for_mean_length_inverts_the_formula():
-    assert accuracy_for_mean_length(expected_mean_length(0.8, 3), 3) == pytest.approx(0.8, abs=1e-6)
+    assert accuracy_for_mean_length(expected_mean_length((0.8,), 3), 3) == pytest.approx(0.8, abs=1e-6)
     assert accuracy_for_mean_length(1.0, 3) is None and accuracy_for_mean_length(4.5, 3) is None
 
 

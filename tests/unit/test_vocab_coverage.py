@@ -208,7 +208,7 @@ def events(stream, name=None):
 
 
 def test_part_counts_exports_and_names_low_coverage_before_a_collapse():
-    recorder, stream, registry, clock = make(draft_accuracy=0.8)
+    recorder, stream, registry, clock = make(draft_accuracy=(0.8,))
     recorder.observe("draft_vocabulary", DraftVocabulary("LlamaForCausalLMEagle3", 128, 256, V.MAP_NONE,
                                                          tuple(range(128))))
     sampler = recorder.coverage

@@ -1,4 +1,4 @@
-"""`eagle-probe consistency --dump DIR (--server http://HOST:PORT | --target MODEL_DIR) [--format json]`
+"""`eagle-probe consistency --dump-dir DIR (--server http://HOST:PORT | --target MODEL_DIR) [--format json]`
 
 Are the aux states the target fed the draft on the decode path the ones a prefill of the same tokens gives? For
 every request of every TARGET_VERIFY dump in DIR (EAGLE_PROBE_DUMP_MODES=extend,target_verify) whose verify step's
@@ -6,9 +6,9 @@ outcome the probe saw, the committed rows (row 0, the pending token, and the acc
 server itself as the reference: its prefix cache is flushed (/flush_cache), the tokens up to and including the last
 committed row are sent again (/generate, one new token), and the EXTEND dump its probe writes of them gives the
 prefill's rows. Each row and aux slot is compared by rel_diff = 1 - 2 Σxy / (Σx² + Σy²) against a tolerance
-derived from measured noise (README "Consistency"). The server must be idle, serve the same model and dump EXTEND
-forwards into DIR. `--target MODEL_DIR` instead takes the target checkpoint's own prefill in transformers on this
-machine as the reference (offline.py), where the model fits its memory; no server is needed.
+derived from measured noise (docs/commands/consistency.md). The server must be idle, serve the same model and
+dump EXTEND forwards into DIR. `--target MODEL_DIR` instead takes the target checkpoint's own prefill in
+transformers on this machine as the reference (offline.py), where the model fits its memory; no server is needed.
 
 Exit status: 0 all rows agree, 1 verify_prefill_mismatch (the slot, forward mode, rows (position, step) and the size
 of the difference named), 2 bad input (no dump directory, dumps of two servers, no verify rows; a server unreachable,
@@ -23,6 +23,7 @@ import time
 
 from ...analysis.consistency import findings as mismatch_findings
 from ...analysis.consistency import tolerance
+from ..dump_dir_option import add_dump_dir_option
 from ..dump_files import UNKNOWN, DumpError
 from ..output import emit, finding_line
 from ..sglang_server import ServerError, server_release
@@ -36,8 +37,8 @@ def add_parser(subparsers):
     parser = subparsers.add_parser(
         "consistency", help="compare verify forwards' committed aux states with a prefill of the same tokens",
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--dump", required=True, help="the probe's dump directory (EAGLE_PROBE_DUMP_DIR) with "
-                        "TARGET_VERIFY dumps; the server's reference prefills are dumped here too")
+    add_dump_dir_option(parser, "the probe's dump directory (EAGLE_PROBE_DUMP_DIR) with TARGET_VERIFY dumps; the "
+                        "server's reference prefills are dumped here too")
     reference = parser.add_mutually_exclusive_group(required=True)
     reference.add_argument("--server", help="URL of the same server, idle, e.g. http://127.0.0.1:30000: the "
                            "reference at any model size")
@@ -154,7 +155,7 @@ def run(args) -> int:
         print("eagle-probe consistency: --max-sequences must be >= 1", file=sys.stderr)
         return 2
     try:
-        result = check(args.dump, args.server, args.max_sequences, args.wait, target=args.target)
+        result = check(args.dump_dir, args.server, args.max_sequences, args.wait, target=args.target)
     except (DumpError, ServerError, TargetError) as exc:
         print(f"eagle-probe consistency: {exc}", file=sys.stderr)
         return 2

@@ -21,7 +21,7 @@ class ReferenceFinder:
         try:
             return [n for n in os.listdir(self.directory) if n.endswith(SUFFIX)]
         except OSError as exc:
-            raise DumpError(f"--dump {self.directory}: cannot be listed ({exc.strerror or exc})") from None
+            raise DumpError(f"--dump-dir {self.directory}: cannot be listed ({exc.strerror or exc})") from None
 
     def find(self, tokens, tp_rank: int, wait_s: float):
         """The new EXTEND dump of rank `tp_rank` whose rows are exactly `tokens` from position 0, or None."""

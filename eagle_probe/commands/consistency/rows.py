@@ -74,6 +74,6 @@ def read_verify_rows(path: str) -> VerifySet:
         unknown += int(dump.meta.get("requests", len(known))) - len(known)
         rows.extend(known)
     if not rows:
-        raise DumpError(f"--dump {path}: {len(found.dumps)} {VERIFY_MODE} dump(s), but no request's committed rows "
+        raise DumpError(f"--dump-dir {path}: {len(found.dumps)} {VERIFY_MODE} dump(s), but no request's committed rows "
                         f"are known in any (each request's verify step must be resolved within the probe's wait)")
     return VerifySet(rows, len(found.dumps), unknown, found.skipped, server_of(found.dumps[0])[0])

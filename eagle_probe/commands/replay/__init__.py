@@ -15,6 +15,8 @@ Exit status: 0, or 2 for bad input (the message names the file and what is wrong
 
 import sys
 
+from ..dump_dir_option import add_dump_dir_option
+
 HELP = "replay the EAGLE-3 draft on the probe's dumps: position-0 agreement per wiring, --search for the trained layers"
 
 
@@ -32,7 +34,7 @@ def cmd_replay(args) -> int:
 
     try:
         torch.set_grad_enabled(False)
-        result = replay(args.draft, args.target, args.dump, do_search=args.search, device_name=args.device,
+        result = replay(args.draft, args.target, args.dump_dir, do_search=args.search, device_name=args.device,
                         draft_embedding=args.draft_embedding, wirings=args.wiring or (),
                         sglang_version=args.sglang_version)
     except (ReplayInputError, DumpError) as exc:
@@ -49,7 +51,7 @@ def add_parser(sub) -> None:
     p.add_argument("--draft", required=True, help="EAGLE-3 draft checkpoint directory (config.json + *.safetensors)")
     p.add_argument("--target", required=True, help="target checkpoint directory: only model.embed_tokens.weight and "
                    "lm_head.weight are read (through model.safetensors.index.json)")
-    p.add_argument("--dump", required=True, help="directory of the probe's dump files (EAGLE_PROBE_DUMP_DIR), or one")
+    add_dump_dir_option(p, "directory of the probe's dump files (EAGLE_PROBE_DUMP_DIR), or one")
     p.add_argument("--search", action="store_true", help="search the wiring the draft agrees best under (needs "
                    "EAGLE_PROBE_DUMP_LAYERS=all dumps)")
     p.add_argument("--wiring", action="append", metavar="SPEC", help="also score this wiring, e.g. hf:0,3,31 or "

@@ -88,7 +88,7 @@ def read_dumps(path: str, want_layers: bool) -> DumpRows:
         for index, tensor in dump.layers.items():
             layer_parts.setdefault(index, []).append(tensor[keep])
     if not offset:
-        raise DumpError(f"--dump {path}: no request in the dumps has two or more rows, so no position has its next "
+        raise DumpError(f"--dump-dir {path}: no request in the dumps has two or more rows, so no position has its next "
                         f"token dumped")
     common = sorted(set.intersection(*(set(d.layer_indices) for d in used)))
     first = used[0]

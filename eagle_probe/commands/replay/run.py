@@ -114,7 +114,7 @@ def replay(draft_dir: str, target_dir: str, dump: str, do_search: bool = False, 
     extra = [parse_wiring(w, k) for w in wirings]
     if (do_search or extra) and not rows.layer_indices:
         raise ReplayInputError(
-            f"--dump {dump}: the dumps hold the served aux states only (no hidden_states.I tensors); "
+            f"--dump-dir {dump}: the dumps hold the served aux states only (no hidden_states.I tensors); "
             f"{'--search' if do_search else '--wiring'} needs all-layer dumps: EAGLE_PROBE_DUMP_LAYERS=all "
             f"(SGLang 0.5.14+)")
     for wiring in extra:

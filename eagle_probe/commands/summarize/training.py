@@ -49,21 +49,21 @@ def find_accuracy(events, option) -> Tuple[object, str]:
         if event.get("event") == names.ACCEPTANCE and event.get("draft_accuracy") is not None:
             found = _accuracy_list(event["draft_accuracy"])
             if found:
-                return (found[0] if len(found) == 1 else tuple(found)), "the probe's EAGLE_PROBE_DRAFT_ACCURACY, logged"
+                return tuple(found), "the probe's EAGLE_PROBE_DRAFT_ACCURACY, logged"
     for event in reversed(events):
         evidence = event.get("evidence")
         if event.get("event") == names.FINDING and event.get("code") == F.ACCEPTANCE_COLLAPSE \
                 and isinstance(evidence, dict):
             found = _accuracy_list(evidence.get("draft_accuracy"))
             if found:
-                return (found[0] if len(found) == 1 else tuple(found)), \
+                return tuple(found), \
                     "EAGLE_PROBE_DRAFT_ACCURACY, from the acceptance_collapse finding"
     for event in reversed(events):
         expected, positions = event.get("expected_mean_accept_length"), event.get("per_position_rate")
         if event.get("event") == names.ACCEPTANCE and expected is not None and positions:
             accuracy = accuracy_for_mean_length(expected, len(positions))
             if accuracy is not None:
-                return accuracy, (f"the one per-token accuracy that gives the logged expected_mean_accept_length "
+                return (accuracy,), (f"the one per-token accuracy that gives the logged expected_mean_accept_length "
                                   f"{expected:.3f}; per-position figures approximate: give --draft-accuracy")
     return None, ("no training accuracy: give --draft-accuracy 0.75,0.62,0.55 (SpecForge's per-position "
                   "accuracies), or run the server with it")
@@ -193,11 +193,12 @@ def next_steps(events, check_rows) -> List[str]:
     if not dumps:
         steps.append("dumps: run the server again under `eagle-probe run --dump-dir DUMPS --dump-modes "
                      "extend,target_verify ... -- <server command>` and send it traffic.")
-    steps.append(f"`eagle-probe replay --draft DRAFT_DIR --target TARGET_DIR --dump {directory} --search` (does the "
-                 f"draft agree with its target on these states, and under which layers?), `eagle-probe parity --data "
-                 f"SPECFORGE_DATA --dump {directory}` (are they the states it was trained on?), `eagle-probe "
-                 f"consistency --dump {directory} --server http://HOST:PORT` (do verify forwards carry the states a "
-                 f"prefill of the same tokens gives? `--target TARGET_DIR` instead: offline, where the model fits).")
+    steps.append(f"`eagle-probe replay --draft DRAFT_DIR --target TARGET_DIR --dump-dir {directory} --search` (does "
+                 f"the draft agree with its target on these states, and under which layers?), `eagle-probe parity "
+                 f"--data SPECFORGE_DATA --dump-dir {directory}` (are they the states it was trained on?), "
+                 f"`eagle-probe consistency --dump-dir {directory} --server http://HOST:PORT` (do verify forwards "
+                 f"carry the states a prefill of the same tokens gives? `--target TARGET_DIR` instead: offline, where "
+                 f"the model fits).")
     return steps
 
 
@@ -212,7 +213,7 @@ def training_section(events: list, report: dict, option=None) -> dict:
     all_findings = report["findings"]
     causes = sorted(g["code"] for g in all_findings
                     if g.get("severity") in (F.ERROR, F.WARNING) and g.get("code") not in NOT_CAUSES)
-    section = {"accuracy": None if accuracy is None else (list(accuracy) if isinstance(accuracy, tuple) else accuracy),
+    section = {"accuracy": None if accuracy is None else list(accuracy),
                "accuracy_source": source, "ranks": [], "explained_by": causes, "checks": None, "next_steps": None,
                "findings": []}
     if accuracy is None:

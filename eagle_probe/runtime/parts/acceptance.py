@@ -40,7 +40,7 @@ class Acceptance(Part):
         if expected is not None:
             accuracy = self.config.draft_accuracy
             fields.update(expected_mean_accept_length=expected, observed_over_expected=window.mean_length() / expected,
-                          draft_accuracy=list(accuracy) if isinstance(accuracy, tuple) else [accuracy],
+                          draft_accuracy=list(accuracy),
                           expected_per_position_rate=expected_per_position_rate(accuracy, window.positions))
         total = monitor.total().as_fields()
         fields["total"] = {k: total[k] for k in
