@@ -30,6 +30,9 @@ RUN_OPTIONS = (
      "sglang:-1,2,30"),
     ("--draft-accuracy", "EAGLE_PROBE_DRAFT_ACCURACY", "the draft's training accuracy: one per-token number "
      "(0.75) or per-position conditional accuracies as SpecForge logs them (0.75,0.62,0.55)"),
+    ("--draft-max-length", "EAGLE_PROBE_DRAFT_MAX_LENGTH", "the sequence length the draft was trained on "
+     "(default: SpecForge's training_state.pt args.max_length in the draft directory, else its config's "
+     "max_position_embeddings)"),
     ("--collapse-ratio", "EAGLE_PROBE_COLLAPSE_RATIO", "observed / expected accept length under this is "
      "acceptance_collapse (default 0.6)"),
     ("--collapse-min-drafts", "EAGLE_PROBE_COLLAPSE_MIN_DRAFTS", "request-steps a window needs before it is judged"),
