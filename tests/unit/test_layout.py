@@ -9,7 +9,8 @@ import pytest
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "eagle_probe"
 # What a serving process loads: the runtime, the shared vocabulary, the bootstrap.
-SHARED = ("__init__.py", "config.py", "events.py", "versions.py", "families.py", "observations.py", "dump_format.py")
+SHARED = ("__init__.py", "config.py", "events.py", "versions.py", "families.py", "observations.py", "dump_format.py",
+          "draft_dir.py")
 SERVING = sorted([*PACKAGE.glob("runtime/**/*.py"), *(PACKAGE / name for name in SHARED),
                   *PACKAGE.glob("bootstrap/*.py")])
 ANALYSIS = sorted(PACKAGE.glob("analysis/*.py"))
@@ -51,8 +52,8 @@ def test_analysis_imports_no_sglang_and_no_commands(path):
 
 def test_top_level_holds_only_the_shared_vocabulary():
     modules = sorted(p.name for p in PACKAGE.glob("*.py"))
-    assert modules == ["__init__.py", "__main__.py", "config.py", "dump_format.py", "events.py", "families.py",
-                       "observations.py", "versions.py"]
+    assert modules == ["__init__.py", "__main__.py", "config.py", "draft_dir.py", "dump_format.py", "events.py",
+                       "families.py", "observations.py", "versions.py"]
     assert sorted(p.name for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__") == [
         "analysis", "bootstrap", "commands", "runtime"]
 
