@@ -199,3 +199,26 @@ def test_a_subset_of_requests_that_fails_is_named_bimodal():
     assert "No slice the probe counts explains it" in group["last_message"]
     uniform = _logs(_chain(0.7), requests=40)
     assert "acceptance_bimodal" not in _codes(build_report(uniform))
+
+
+def test_next_steps_follow_the_evidence():
+    from eagle_probe.commands.summarize.causes import next_steps
+
+    rows = [{"check": "layers", "status": "clean", "detail": ""}, {"check": "vocabulary map", "status": "clean",
+                                                                   "detail": ""}]
+    step_low = {"low": [{"dimension": "step", "bucket": "later", "position": 0, "rate": 0.1, "rest_rate": 0.7}]}
+    position_low = {"low": [{"dimension": "position", "bucket": "64-127", "position": 0, "rate": 0.1,
+                             "rest_rate": 0.7}]}
+    plain = next_steps([], rows, {"low": []}, set())
+    assert "replay" in plain[0] and "--search" in plain[0] and "dumps: run the server" in plain[0]
+    assert "consistency" in plain[1] and "(if the layers are right)" in plain[1]
+    decode = next_steps([], rows, step_low, set())
+    assert "consistency" in decode[0] and "decode path is suspect: step = later" in decode[0]
+    assert "replay" in decode[1] and "dumps" not in decode[1]
+    traffic = next_steps([], rows, position_low, set())
+    assert traffic[0].startswith("the slices: position=64-127")
+    confirmed = next_steps([{"event": names.DUMP_WRITTEN, "path": "/d/x.safetensors"}], rows, {"low": []},
+                           {"trained_layers_inferred"})
+    assert not any("replay" in s for s in confirmed) and "--dump /d" in confirmed[0]
+    unchecked = rows[:1] + [{"check": "vocabulary map", "status": "not checked", "detail": ""}]
+    assert "eagle-probe doctor" in next_steps([], unchecked, None, set())[-1]
