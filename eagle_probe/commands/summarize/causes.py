@@ -9,10 +9,10 @@ from typing import List, Optional
 from ... import events as names
 from ...analysis import bimodal, field_prior, trained_length
 from ...analysis import findings as F
-from ...draft_dir import ENV_SOURCE
 from .training import NOT_CAUSES, checks as training_checks
 
 SUMMARIZE_SOURCE = "summarize --draft-max-length"
+LOGGED_SOURCE = "the probe's eagle_probe.draft.loaded event (source not logged)"
 DECODE_PATH_DIMENSIONS = ("path", "step")
 # Findings that are verdicts on acceptance, not causes of it.
 VERDICTS = NOT_CAUSES + (F.ACCEPTANCE_LOW, F.ACCEPTANCE_BIMODAL, F.ACCEPTANCE_PAST_TRAINED_LENGTH,
@@ -132,7 +132,7 @@ def _trained_length(events, rank, option) -> tuple:
     mine = [e for e in loads if _key(e) == _key(rank)] or loads
     if not mine:
         return None, ""
-    return mine[-1]["trained_length"], str(mine[-1].get("trained_length_source") or ENV_SOURCE)
+    return mine[-1]["trained_length"], str(mine[-1].get("trained_length_source") or LOGGED_SOURCE)
 
 
 def _past_length(events, report, option) -> List[dict]:
