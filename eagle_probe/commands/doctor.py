@@ -15,6 +15,7 @@ from ..analysis.config_rules import (EAGLE, EAGLE3, DraftSpec, LaunchSpec, Targe
 from ..analysis.findings import ERROR
 from ..analysis import draft_config_keys, draft_ids, layers
 from ..analysis.layers import TRAINED_LAYERS_HELP, capture_label
+from ..draft_dir import trained_length
 from .json_files import MAX_CONFIG_BYTES, read_json_object, shown as _shown
 from .output import emit, finding_line, fix_lines
 from . import target_family
@@ -238,6 +239,11 @@ def diagnose(target_path: str, draft_path: str, sglang_version: Optional[str] = 
     findings, notes = findings + vocab_findings, notes + vocab_notes
     ignored = _ignored_keys(draft_data, draft.model_class, sglang_version)
     findings += [ignored] if ignored is not None else []
+    length = trained_length(os.path.dirname(draft_file), draft_data)  # the draft directory's own statement
+    if length.length:
+        notes.append(f"trained length: {length.length} ({length.source}); `summarize` compares acceptance past it "
+                     f"with acceptance within it (acceptance_past_trained_length)")
+    notes += list(length.notes)
     if trained is None and algorithm == EAGLE3:
         notes.append("no --trained-layers: layer_mismatch not checked (give the layers the draft was trained on)")
     n, final = target.num_layers, target.final_capturable
@@ -268,6 +274,7 @@ def diagnose(target_path: str, draft_path: str, sglang_version: Optional[str] = 
         "paths": paths,
         "fix": fix_for(target, rules, launch, trained) if trained is not None else None,
         "vocab_map": vocab_map, "vocab_line": render_vocab(vocab_map),
+        "trained_length": {"length": length.length, "source": length.source, "notes": list(length.notes)},
         "findings": [{"code": f.code, "severity": f.severity, "message": f.message,
                       "evidence": f.evidence_dict()} for f in findings],
         "notes": notes,

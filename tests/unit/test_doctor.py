@@ -272,3 +272,24 @@ def test_bad_input_exits_2(tmp_path, capsys, target_cfg, draft_cfg, extra, expec
         assert text in err
     if "--" not in expected[0]:
         assert "config" in err and str(tmp_path) in err  # names the file
+
+
+def test_doctor_states_the_trained_length_and_its_source(tmp_path, capsys):
+    import argparse
+    import pickle
+    import zipfile
+
+    draft = eagle3_draft(tmp_path, ids=(1, 30, 58), max_position_embeddings=8192)
+    _, res, _ = doctor(capsys, "--target", kimi_target(tmp_path), "--draft", draft, "--sglang-version", "0.5.23")
+    assert res["trained_length"]["length"] == 8192 and "max_position_embeddings" in res["trained_length"]["source"]
+    with zipfile.ZipFile(f"{draft}/training_state.pt", "w") as archive:  # torch.save's layout
+        archive.writestr("archive/data.pkl", pickle.dumps({"args": argparse.Namespace(max_length=2048)}, protocol=2))
+    _, res, _ = doctor(capsys, "--target", kimi_target(tmp_path, name="t2"), "--draft", draft,
+                       "--sglang-version", "0.5.23")
+    assert res["trained_length"]["length"] == 2048 and "training_state.pt" in res["trained_length"]["source"]
+    assert any(n.startswith("trained length: 2048") for n in res["notes"])
+    with open(f"{draft}/training_state.pt", "wb") as handle:
+        handle.write(b"junk")
+    _, res, _ = doctor(capsys, "--target", kimi_target(tmp_path, name="t3"), "--draft", draft,
+                       "--sglang-version", "0.5.23")
+    assert res["trained_length"]["length"] == 8192 and "not a zip" in " ".join(res["notes"])
