@@ -58,6 +58,7 @@ class ProbeConfig:
     dump_max_mb: float = 256.0  # the dump directory's total
     dump_modes: Tuple[str, ...] = ("extend",)  # target forward modes dumped: extend, target_verify
     reference: Optional[str] = None  # a JSON file from `eagle-probe reference`: live slots are compared with it
+    draft_max_length: Optional[int] = None  # the sequence length the draft was trained on (eagle_probe.draft_dir)
 
     def to_env(self) -> dict:
         """The variables that reproduce this configuration in a child process."""
@@ -84,6 +85,8 @@ class ProbeConfig:
             env["EAGLE_PROBE_TRAINED_LAYERS"] = self.trained_layers
         if self.reference:
             env["EAGLE_PROBE_REFERENCE"] = self.reference
+        if self.draft_max_length is not None:
+            env["EAGLE_PROBE_DRAFT_MAX_LENGTH"] = str(self.draft_max_length)
         if self.dump_dir:
             env.update(EAGLE_PROBE_DUMP_DIR=self.dump_dir, EAGLE_PROBE_DUMP_EVERY=str(self.dump_every),
                        EAGLE_PROBE_DUMP_RANKS="all" if self.dump_ranks is None else ",".join(map(str, self.dump_ranks)),
@@ -220,6 +223,10 @@ def _positive_int(env: Mapping[str, str], name: str, default: int) -> int:
     return _number(env, name, default, int, lambda v: v >= 1, "an integer >= 1")
 
 
+def _optional_positive_int(env: Mapping[str, str], name: str, default: Optional[int] = None) -> Optional[int]:
+    return _number(env, name, default, int, lambda v: v >= 1, "an integer >= 1 (unset: not given)")
+
+
 def _layer_spec(env: Mapping[str, str], name: str, default: Optional[str] = None) -> Optional[str]:
     from .layer_spec import parse_trained_layers
 
@@ -345,6 +352,9 @@ SETTINGS = (
     Setting("EAGLE_PROBE_DUMP_MODES", "dump_modes", _modes, "target forward modes to dump: `extend` (prefill), "
             "`target_verify` (the eager verify forwards, with each row's request, position and whether it was "
             "committed), or `extend,target_verify` (what `consistency` needs)", default_text="extend"),
+    Setting("EAGLE_PROBE_DRAFT_MAX_LENGTH", "draft_max_length", _optional_positive_int, "the sequence length the "
+            "draft was trained on; unset, it is read from the draft directory (SpecForge's training_state.pt, else "
+            "config.json's max_position_embeddings, stated as such)", default_text="read from the draft directory"),
 )
 
 

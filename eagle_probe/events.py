@@ -56,7 +56,12 @@ CATALOGUE = {
         "fc_in", "fc_out", "norm_before_fc", "fc_norm", "norm_output", "draft_vocab_size", "lm_head_from_target",
         "checkpoint_tensors", "dropped", "ignored", "target_vocab_size", "d2t_size", "d2t_problems",
         "ids_read: the ids the draft sized its `fc` from",
-        "ids_read_from: `eagle_config`, `top_level`, `num_aux_hidden_states` or `default`")),
+        "ids_read_from: `eagle_config`, `top_level`, `num_aux_hidden_states` or `default`",
+        "config_ignored: the forward keys this release's draft class does not read ([key, value as JSON, reason])",
+        "sglang_release", "config_source: where the draft's config.json was read",
+        "trained_length: the sequence length the draft was trained on",
+        "trained_length_source: the variable, SpecForge's training_state.pt or config.json's max_position_embeddings",
+        "trained_length_notes: why an earlier source was not used")),
     DRAFT_FORWARD: Event("a new draft forward signature", (
         "model_class", "mode", "path", "aux_width: incoming", "embed_width", "fc_in", "fc_ran", "num_aux",
         "target_hidden_size", "tokens", "error")),

@@ -110,6 +110,15 @@ class DraftLoaded:
     # top_level, num_aux_hidden_states, default); eagle_layer_ids above are the ones the target is given.
     ids_read: Optional[Tuple[int, ...]] = None
     ids_read_from: str = ""
+    # Forward keys of the draft config this release's class ignores (analysis.draft_config_keys): (written key, value
+    # as JSON text, reason); the release they were judged against; where the config was read (or why not).
+    config_ignored: Tuple[Tuple[str, str, str], ...] = ()
+    sglang_release: Optional[str] = None
+    config_source: str = ""
+    # The draft's trained sequence length (eagle_probe.draft_dir) and where it came from, with any fallback notes.
+    trained_length: Optional[int] = None
+    trained_length_source: str = ""
+    trained_length_notes: Tuple[str, ...] = ()
 
 
 class DraftForward(NamedTuple):

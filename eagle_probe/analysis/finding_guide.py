@@ -186,4 +186,37 @@ GUIDE = {
         "follow the likely cause it names: position, a RoPE or `max_position_embeddings` mismatch; cached prefix, "
         "stale draft state on cache hits; batch, padded-batch bugs; path, state a CUDA graph captured once; first "
         "step, what the draft is handed after prefill"),
+    F.DRAFT_CONFIG_IGNORED: Guide(
+        f"{PROBE} (at draft load), doctor",
+        "a key of the draft's config that changes the EAGLE-3 forward (`norm_before_fc`, `fc_norm` / `use_aux_norm`, "
+        "`norm_output`, `norm_before_residual`, `target_hidden_size`, `num_aux_hidden_states`, rope scaling) is set "
+        "to a value that matters where this release's draft class never reads it (a per-release table, "
+        "`analysis/draft_config_keys.py`, proven from every release's source by the contract check): the draft "
+        "is served without what it was trained with; names the key, its value and the release",
+        "move the key to where the release reads it (the top level or `eagle_config`), serve with the release the "
+        "finding names, or, where no release reads it, retrain without it"),
+    F.ACCEPTANCE_LOW: Guide(
+        "summarize",
+        "with no training accuracy given, the served first-position acceptance is far below the field prior for "
+        "EAGLE-3 on chat traffic (0.6, the low end of published figures; `analysis/field_prior.py` names the "
+        "sources): under 0.4 over at least 100 request-steps and at least 3 standard errors below the prior; says "
+        "which checks came back clean and what was not checked",
+        "run the next command it names: the low slice when one traffic class is low; `consistency` when the decode "
+        "path is suspect; dumps and `replay --search` when the layers could be wrong; `doctor` for the vocabulary "
+        "map"),
+    F.ACCEPTANCE_PAST_TRAINED_LENGTH: Guide(
+        "summarize",
+        "acceptance by sequence position drops beyond the length the draft was trained on (from "
+        "`EAGLE_PROBE_DRAFT_MAX_LENGTH` / `--draft-max-length`, else SpecForge's `training_state.pt`, else "
+        "`max_position_embeddings`, stated as such): the slices' test with the position slices split at that "
+        "length; names both rates, both mean accept lengths and the length",
+        "train the draft on longer sequences, or cap the context the draft serves; check the draft's rope scaling "
+        "against the target's"),
+    F.ACCEPTANCE_BIMODAL: Guide(
+        "summarize",
+        "the per-request accept-length distribution has two peaks (at least 20 requests, a valley at most half the "
+        "smaller peak, at least 20 % of requests on each side, peaks at least 0.75 tokens apart): a subset of the "
+        "traffic fails; names the slice when one slice explains it",
+        "look at what the low group has in common (the slice it names, the entry point, sampling, the request "
+        "labels) and compare it with the draft's training data"),
 }

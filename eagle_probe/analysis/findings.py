@@ -56,6 +56,10 @@ ACCEPTANCE_BELOW_TRAINING = "acceptance_below_training"
 DRAFT_VOCAB_COVERAGE_LOW = "draft_vocab_coverage_low"
 ACCEPTANCE_SLICE_LOW = "acceptance_slice_low"  # analysis.slices
 VERIFY_PREFILL_MISMATCH = "verify_prefill_mismatch"  # analysis.consistency (`eagle-probe consistency`)
+DRAFT_CONFIG_IGNORED = "draft_config_ignored"  # analysis.draft_config_keys
+ACCEPTANCE_LOW = "acceptance_low"  # analysis.field_prior
+ACCEPTANCE_PAST_TRAINED_LENGTH = "acceptance_past_trained_length"  # analysis.trained_length
+ACCEPTANCE_BIMODAL = "acceptance_bimodal"  # analysis.bimodal
 
 ERROR, WARNING, INFO = "error", "warning", "info"
 
@@ -102,6 +106,17 @@ CODES = {
                                     "forward path, first decode step) is below the rest beyond chance"),
     VERIFY_PREFILL_MISMATCH: (ERROR, "consistency: the aux states of verified, accepted rows differ from a prefill of "
                                      "the same tokens on the same server beyond the tolerance"),
+    DRAFT_CONFIG_IGNORED: (WARNING, "the draft config sets a key that changes the EAGLE-3 forward (norm_before_fc, "
+                                    "fc_norm, norm_output, norm_before_residual, target_hidden_size, "
+                                    "num_aux_hidden_states, RoPE scaling) which this release's draft class never "
+                                    "reads where it is written: the draft is served as another network"),
+    ACCEPTANCE_LOW: (WARNING, "summarize, with no training accuracy given: first-position acceptance is far below the "
+                              "published EAGLE-3 figure for chat traffic beyond chance (always under 0.4 over 100 or "
+                              "more verify steps)"),
+    ACCEPTANCE_PAST_TRAINED_LENGTH: (WARNING, "summarize: acceptance at sequence positions beyond the draft's trained "
+                                              "length is below acceptance within it beyond chance"),
+    ACCEPTANCE_BIMODAL: (WARNING, "summarize: finished requests' accept lengths split into two groups (a subset of "
+                                  "the traffic fails while the rest is served well)"),
 }
 
 

@@ -30,6 +30,9 @@ RUN_OPTIONS = (
      "sglang:-1,2,30"),
     ("--draft-accuracy", "EAGLE_PROBE_DRAFT_ACCURACY", "the draft's training accuracy: one per-token number "
      "(0.75) or per-position conditional accuracies as SpecForge logs them (0.75,0.62,0.55)"),
+    ("--draft-max-length", "EAGLE_PROBE_DRAFT_MAX_LENGTH", "the sequence length the draft was trained on "
+     "(default: SpecForge's training_state.pt args.max_length in the draft directory, else its config's "
+     "max_position_embeddings)"),
     ("--collapse-ratio", "EAGLE_PROBE_COLLAPSE_RATIO", "observed / expected accept length under this is "
      "acceptance_collapse (default 0.6)"),
     ("--collapse-min-drafts", "EAGLE_PROBE_COLLAPSE_MIN_DRAFTS", "request-steps a window needs before it is judged"),
@@ -159,6 +162,18 @@ def _accuracy_option(text: str):
                                          f"{DRAFT_ACCURACY_ACCEPTED}") from None
 
 
+def _length_option(text: str) -> int:
+    """argparse type for --draft-max-length: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not valid; accepted: an integer >= 1 (the trained sequence "
+                                         f"length in tokens)")
+    return value
+
+
 def cmd_summarize(args) -> int:
     import json
 
@@ -185,7 +200,7 @@ def cmd_summarize(args) -> int:
               f"*.jsonl / *.log files or a directory of them)", file=sys.stderr)
         print("\n".join(input_lines(reader.stats())), file=sys.stderr)
         return 2
-    report = build_report(reader.events, reader.stats(), args.draft_accuracy)
+    report = build_report(reader.events, reader.stats(), args.draft_accuracy, args.draft_max_length)
     if args.html:
         from .summarize.html_report import render_html
         try:
@@ -251,6 +266,10 @@ def build_parser() -> argparse.ArgumentParser:
     summ.add_argument("--draft-accuracy", type=_accuracy_option, metavar="A[,A2,...]",
                       help="the draft's training accuracy: one per-token number or per-position conditional "
                            "accuracies as SpecForge logs them (0.75,0.62,0.55); default: what the probe logged")
+    summ.add_argument("--draft-max-length", type=_length_option, metavar="N",
+                      help="the sequence length the draft was trained on (default: what the probe logged at draft "
+                           "load: EAGLE_PROBE_DRAFT_MAX_LENGTH, SpecForge's training_state.pt, else max_position_"
+                           "embeddings)")
     summ.set_defaults(func=cmd_summarize)
 
     compat = sub.add_parser("compat", help="for the installed SGLang: every integration target resolved / skipped "

@@ -13,8 +13,9 @@ from typing import List, Optional, Tuple
 from ..analysis.config_rules import (EAGLE, EAGLE3, DraftSpec, LaunchSpec, TargetSpec, config_findings,
                                     fix_for, predict)
 from ..analysis.findings import ERROR
-from ..analysis import draft_ids, layers
+from ..analysis import draft_config_keys, draft_ids, layers
 from ..analysis.layers import TRAINED_LAYERS_HELP, capture_label
+from ..draft_dir import trained_length
 from .json_files import MAX_CONFIG_BYTES, read_json_object, shown as _shown
 from .output import emit, finding_line, fix_lines
 from . import target_family
@@ -236,6 +237,13 @@ def diagnose(target_path: str, draft_path: str, sglang_version: Optional[str] = 
     vocab_findings, vocab_map, vocab_notes = check_draft_vocab(draft_path, draft_file, draft_data, target_file,
                                                                target_data, draft.model_class, DoctorInputError)
     findings, notes = findings + vocab_findings, notes + vocab_notes
+    ignored = _ignored_keys(draft_data, draft.model_class, sglang_version)
+    findings += [ignored] if ignored is not None else []
+    length = trained_length(os.path.dirname(draft_file), draft_data)  # the draft directory's own statement
+    if length.length:
+        notes.append(f"trained length: {length.length} ({length.source}); `summarize` compares acceptance past it "
+                     f"with acceptance within it (acceptance_past_trained_length)")
+    notes += list(length.notes)
     if trained is None and algorithm == EAGLE3:
         notes.append("no --trained-layers: layer_mismatch not checked (give the layers the draft was trained on)")
     n, final = target.num_layers, target.final_capturable
@@ -266,11 +274,19 @@ def diagnose(target_path: str, draft_path: str, sglang_version: Optional[str] = 
         "paths": paths,
         "fix": fix_for(target, rules, launch, trained) if trained is not None else None,
         "vocab_map": vocab_map, "vocab_line": render_vocab(vocab_map),
+        "trained_length": {"length": length.length, "source": length.source, "notes": list(length.notes)},
         "findings": [{"code": f.code, "severity": f.severity, "message": f.message,
                       "evidence": f.evidence_dict()} for f in findings],
         "notes": notes,
         "exit_status": 1 if errors else 0,
     }
+
+
+def _ignored_keys(draft_data: dict, model_class: str, sglang_version: Optional[str]):
+    """draft_config_ignored predicted from the config and the release table (the running probe's rule)."""
+    release, _ = draft_config_keys.judged_release(sglang_version)
+    return draft_config_keys.ignored_finding(draft_config_keys.ignored_keys(draft_data, model_class, release),
+                                             model_class)
 
 
 def _head(sglang_version, rules, target: TargetSpec, target_file: str, resolved) -> dict:

@@ -34,11 +34,44 @@ def root(tmp_path_factory):
     return str(tmp_path_factory.mktemp("slice-e2e"))
 
 
+# Issue 27's faults, put into these servers where they change nothing SGLang computes:
+# - both drafts were "trained" on 64-token sequences: "rope" says so through EAGLE_PROBE_DRAFT_MAX_LENGTH, "rope_built"
+#   through SpecForge's training_state.pt (args.max_length) in its directory; acceptance falls past 64 under "rope" only
+#   (acceptance_past_trained_length), and holds up under "rope_built";
+# - "rope"'s config.json also sets norm_before_residual (SpecForge's flag), which SGLang 0.5.23's LlamaForCausalLMEagle3
+#   never reads (draft_config_ignored); "rope_built"'s config has no such key.
+TRAINED_LENGTH = 64
+
+
+def _specforge_training_state(draft_dir, max_length):
+    import argparse
+
+    import torch
+
+    args = argparse.Namespace(max_length=max_length, target_model_path="target", num_epochs=1)
+    torch.save({"epoch": 0, "global_step": 1, "args": args}, os.path.join(draft_dir, "training_state.pt"))
+
+
+def _add_config_key(draft_dir, key, value):
+    path = os.path.join(draft_dir, "config.json")
+    with open(path, encoding="utf-8") as handle:
+        config = json.load(handle)
+    config[key] = value
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump(config, handle, indent=2)
+
+
 def _serve(root, name):
     """Start the case's server, send its prompts one at a time, stop; what SGLang answered and logged."""
     case = build_case(root, name, num_steps=NUM_STEPS)
+    env = {}
+    if name == "rope":
+        env["EAGLE_PROBE_DRAFT_MAX_LENGTH"] = str(TRAINED_LENGTH)
+        _add_config_key(case["draft"], "norm_before_residual", True)
+    else:
+        _specforge_training_state(case["draft"], TRAINED_LENGTH)
     started = time.monotonic()
-    server = start_spec_server(root, name, case)
+    server = start_spec_server(root, name, case, env=env)
     try:
         start_s = time.monotonic() - started
         out = {key: server.generate_raw(prompt, max_new_tokens=n, timeout=900)
@@ -170,3 +203,73 @@ def test_the_draft_construction_is_what_the_servers_show():
     assert all(P.sink_weight(d, d + 1, P.BUILT_ROPE_THETA) > 0.9 for d in range(1, 128))
     assert P.sink_weight(40, 41, P.DEFAULT_ROPE_THETA) > 0.9
     assert all(P.sink_weight(d, d + 1, P.DEFAULT_ROPE_THETA) < 0.5 for d in range(64, 128))
+
+
+# -- issue 27: the causes users hit, on the same servers ------------------------------------------------------------
+
+
+def _findings(report, code):
+    return [f for f in report["findings"] if f["code"] == code]
+
+
+def _first_position(slices):
+    n = sum(row["request_steps"] for row in slices.values())
+    return sum(row["accepted"][0] for row in slices.values()) / n, n
+
+
+def test_past_the_trained_length_is_named_with_both_rates(served, capsys):
+    run = served["rope"]
+    report, text = _summarize(run, capsys)
+    [loaded] = [e for e in _events(run) if e["event"] == "eagle_probe.draft.loaded"]
+    assert (loaded["trained_length"], loaded["trained_length_source"]) == (TRAINED_LENGTH,
+                                                                          "EAGLE_PROBE_DRAFT_MAX_LENGTH")
+    [finding] = _findings(report, "acceptance_past_trained_length")
+    expected = sglang_position_slices(run)
+    within, beyond = expected["0-63"], expected["64-127"]
+    message = finding["last_message"]
+    assert f"trained length {TRAINED_LENGTH} (EAGLE_PROBE_DRAFT_MAX_LENGTH)" in message
+    assert f"{beyond['accepted'][0] / beyond['request_steps']:.1%} over {beyond['request_steps']} request-steps" \
+        in message
+    assert f"{within['accepted'][0] / within['request_steps']:.1%} over {within['request_steps']} within" in message
+    assert "FINDING acceptance_past_trained_length" in text
+
+
+def test_past_the_trained_length_is_silent_where_acceptance_holds_up(served, capsys):
+    run = served["rope_built"]
+    report, _ = _summarize(run, capsys)
+    [loaded] = [e for e in _events(run) if e["event"] == "eagle_probe.draft.loaded"]
+    assert loaded["trained_length"] == TRAINED_LENGTH and "training_state.pt" in loaded["trained_length_source"]
+    [rank] = report["acceptance_slices"]["ranks"]
+    compared = rank["trained_length"]  # the comparison ran: both sides hold request-steps
+    assert compared["within"]["request_steps"] >= 64 and compared["beyond"]["request_steps"] >= 64
+    assert compared["low"] is None and _findings(report, "acceptance_past_trained_length") == []
+
+
+def test_a_config_key_the_release_ignores_is_named_at_load(served, capsys):
+    report, _ = _summarize(served["rope"], capsys)
+    [finding] = _findings(report, "draft_config_ignored")
+    assert "SGLang 0.5.23 ignores 1 key(s)" in finding["last_message"]
+    assert "norm_before_residual = True" in finding["last_message"]
+    control, _ = _summarize(served["rope_built"], capsys)
+    assert _findings(control, "draft_config_ignored") == []
+
+
+def test_acceptance_low_follows_sglangs_own_first_position(served, capsys):
+    """No training accuracy is given to either server. The draft served as built accepts about 2/3 at the first
+    position (SGLang's own counts): silent. Under the fault, acceptance_low is named exactly when SGLang's own first
+    position is under 0.4 over 100 or more request-steps."""
+    seen = {}
+    for name, run in served.items():
+        rate, steps = _first_position(sglang_position_slices(run))
+        report, _ = _summarize(run, capsys)
+        named = bool(_findings(report, "acceptance_low"))
+        assert named == (rate < 0.4 and steps >= 100), (name, rate, steps)
+        seen[name] = {"first_position": round(rate, 3), "request_steps": steps, "acceptance_low": named}
+    assert seen["rope_built"]["first_position"] >= 0.6 and not seen["rope_built"]["acceptance_low"]
+    print(seen)
+
+
+def _events(run):
+    from .conftest import probe_events
+
+    return probe_events(run["log_dir"])

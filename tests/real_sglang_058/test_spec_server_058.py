@@ -9,6 +9,7 @@ set), because the CPU branch skips it. Expected acceptance comes from `draft_mod
 checkpoints were built from), never from the server or the probe.
 """
 
+import json
 import os
 
 import pytest
@@ -69,7 +70,15 @@ def _run(root, name, case, env):
 
 @pytest.fixture(scope="module")
 def case(tmp_path_factory):
-    return build_case(str(tmp_path_factory.mktemp("spec-058")), "map", num_steps=NUM_STEPS)
+    case = build_case(str(tmp_path_factory.mktemp("spec-058")), "map", num_steps=NUM_STEPS)
+    # issue 27: norm_output, which LlamaForCausalLMEagle3 reads from 0.5.12 on; 0.5.8 never reads it, so it changes
+    # nothing this server computes, and the probe must name it (draft_config_ignored, for this release).
+    path = os.path.join(case["draft"], "config.json")
+    with open(path, encoding="utf-8") as handle:
+        config = json.load(handle)
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump(dict(config, norm_output=True), handle)
+    return case
 
 
 @pytest.fixture(scope="module")
@@ -248,3 +257,14 @@ def test_compat_names_a_missing_dependency_as_such():
     [verify] = [t for t in report["targets"] if t["target"] == V1_HOOK]
     assert verify["status"] == "skipped" and "needs 'sgl_kernel', which is not installed" in verify["reason"]
     assert report["exit_status"] == 1  # a target the table expects did not resolve
+
+
+def test_a_config_key_0_5_8_never_reads_is_named_for_this_release(run):
+    [loaded] = _of(run, "eagle_probe.draft.loaded")
+    assert loaded["sglang_release"].startswith("0.5.8") and loaded["config_source"].endswith("config.json")
+    assert [list(i) for i in loaded["config_ignored"]] == [["norm_output", "true", "release table"]]
+    [finding] = _findings(run, "draft_config_ignored")
+    assert "norm_output = True" in finding["message"] and "serve with SGLang 0.5.12 or later" in finding["message"]
+    with open(os.path.join(run["case"]["draft"], "config.json"), encoding="utf-8") as handle:
+        max_positions = json.load(handle)["max_position_embeddings"]
+    assert loaded["trained_length"] == max_positions and "max_position_embeddings" in loaded["trained_length_source"]

@@ -175,7 +175,22 @@ def test_num_aux_and_norms_ignored_by_0_5_8(tmp_path, capsys):
     rc, res, _ = doctor(capsys, "--target", kimi_target(tmp_path),
                         "--draft", eagle3_draft(tmp_path, num_aux_hidden_states=4, fc_norm=True),
                         "--sglang-version", "0.5.8", "--no-cuda-graph")
-    assert codes(res) == [F.DRAFT_WEIGHTS_DROPPED, F.FC_WIDTH_MISMATCH]
+    assert codes(res) == [F.DRAFT_CONFIG_IGNORED, F.DRAFT_WEIGHTS_DROPPED, F.FC_WIDTH_MISMATCH]
+    [ignored] = [f for f in res["findings"] if f["code"] == F.DRAFT_CONFIG_IGNORED]
+    assert {i["key"] for i in ignored["evidence"]["ignored"]} == {"num_aux_hidden_states", "fc_norm"}
+    assert ignored["evidence"]["release"] == "0.5.8" and "serve with SGLang 0.5.12 or later" in ignored["message"]
+
+
+def test_draft_config_ignored_predicted_per_release(tmp_path, capsys):
+    """norm_before_fc is read from 0.5.17 on; norm_before_residual by no release; the same config on 0.5.23 names
+    only the latter (what the running probe names at load, tests/real_sglang/test_draft_config_keys.py)."""
+    draft = eagle3_draft(tmp_path, ids=(1, 30, 58), norm_before_fc=True, norm_before_residual=True)
+    _, old, _ = doctor(capsys, "--target", kimi_target(tmp_path), "--draft", draft, "--sglang-version", "0.5.16")
+    _, new, _ = doctor(capsys, "--target", kimi_target(tmp_path, name="t2"), "--draft", draft,
+                       "--sglang-version", "0.5.23")
+    keys = {name: {i["key"] for f in res["findings"] if f["code"] == F.DRAFT_CONFIG_IGNORED
+                   for i in f["evidence"]["ignored"]} for name, res in (("old", old), ("new", new))}
+    assert keys == {"old": {"norm_before_fc", "norm_before_residual"}, "new": {"norm_before_residual"}}
 
 
 def test_default_layers_when_the_draft_names_none(tmp_path, capsys):
@@ -257,3 +272,24 @@ def test_bad_input_exits_2(tmp_path, capsys, target_cfg, draft_cfg, extra, expec
         assert text in err
     if "--" not in expected[0]:
         assert "config" in err and str(tmp_path) in err  # names the file
+
+
+def test_doctor_states_the_trained_length_and_its_source(tmp_path, capsys):
+    import argparse
+    import pickle
+    import zipfile
+
+    draft = eagle3_draft(tmp_path, ids=(1, 30, 58), max_position_embeddings=8192)
+    _, res, _ = doctor(capsys, "--target", kimi_target(tmp_path), "--draft", draft, "--sglang-version", "0.5.23")
+    assert res["trained_length"]["length"] == 8192 and "max_position_embeddings" in res["trained_length"]["source"]
+    with zipfile.ZipFile(f"{draft}/training_state.pt", "w") as archive:  # torch.save's layout
+        archive.writestr("archive/data.pkl", pickle.dumps({"args": argparse.Namespace(max_length=2048)}, protocol=2))
+    _, res, _ = doctor(capsys, "--target", kimi_target(tmp_path, name="t2"), "--draft", draft,
+                       "--sglang-version", "0.5.23")
+    assert res["trained_length"]["length"] == 2048 and "training_state.pt" in res["trained_length"]["source"]
+    assert any(n.startswith("trained length: 2048") for n in res["notes"])
+    with open(f"{draft}/training_state.pt", "wb") as handle:
+        handle.write(b"junk")
+    _, res, _ = doctor(capsys, "--target", kimi_target(tmp_path, name="t3"), "--draft", draft,
+                       "--sglang-version", "0.5.23")
+    assert res["trained_length"]["length"] == 8192 and "not a zip" in " ".join(res["notes"])

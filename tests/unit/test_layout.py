@@ -10,7 +10,7 @@ import pytest
 PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "eagle_probe"
 # What a serving process loads: the runtime, the shared vocabulary, the bootstrap.
 SHARED = ("__init__.py", "config.py", "events.py", "versions.py", "families.py", "observations.py", "dump_format.py",
-          "layer_spec.py", "reference_format.py")
+          "layer_spec.py", "reference_format.py", "draft_dir.py")
 SERVING = sorted([*PACKAGE.glob("runtime/**/*.py"), *(PACKAGE / name for name in SHARED),
                   *PACKAGE.glob("bootstrap/*.py")])
 ANALYSIS = sorted(PACKAGE.glob("analysis/*.py"))
@@ -51,7 +51,7 @@ def test_analysis_imports_no_sglang_and_no_commands(path):
 
 
 # The vocabulary both sides share: it imports nothing above it (no analysis, runtime or commands).
-VOCABULARY = [PACKAGE / name for name in ("config.py", "dump_format.py", "events.py", "families.py",
+VOCABULARY = [PACKAGE / name for name in ("config.py", "draft_dir.py", "dump_format.py", "events.py", "families.py",
                                           "layer_spec.py", "observations.py", "reference_format.py", "versions.py")]
 
 

@@ -47,7 +47,7 @@ def test_every_option_reaches_the_launched_environment(tmp_path, capsys, launch,
             "--reference", os.path.relpath(reference), "--trained-layers", "hf:0,3,31",
             "--draft-accuracy", "0.75,0.62,0.55", "--collapse-ratio", "0.5", "--collapse-min-drafts", "32",
             "--dump-dir", "dumps", "--dump-every", "3", "--dump-ranks", "0,1", "--dump-layers", "ALL",
-            "--dump-max-mb", "64", "--dump-modes", "extend,target_verify"]
+            "--dump-max-mb", "64", "--dump-modes", "extend,target_verify", "--draft-max-length", "4096"]
     rc, err = run(capsys, *args, "--", "python", "-m", "sglang.launch_server")
     assert rc is None and err == ""  # exec replaced: main returns what the stub returned
     [(argv, env)] = launch
@@ -59,6 +59,7 @@ def test_every_option_reaches_the_launched_environment(tmp_path, capsys, launch,
     assert config.collapse_ratio == 0.5 and config.collapse_min_drafts == 32
     assert config.dump_dir == str(tmp_path / "dumps") and config.dump_every == 3 and config.dump_ranks == (0, 1)
     assert config.dump_layers == "all" and config.dump_max_mb == 64 and config.dump_modes == ("extend", "target_verify")
+    assert config.draft_max_length == 4096 and config.to_env()["EAGLE_PROBE_DRAFT_MAX_LENGTH"] == "4096"
 
 
 def test_every_variable_but_enabled_has_a_flag():
@@ -92,6 +93,9 @@ def test_a_flag_overrides_its_variable(capsys, launch, monkeypatch):
     (["--trained-layers", "0,3,31"], "--trained-layers: EAGLE_PROBE_TRAINED_LAYERS='0,3,31'"),
     (["--reference", "/nonexistent/ref.json"], "--reference: EAGLE_PROBE_REFERENCE='/nonexistent/ref.json'"),
     (["--collapse-ratio", "2"], "--collapse-ratio: EAGLE_PROBE_COLLAPSE_RATIO='2'"),
+    (["--draft-max-length", "2k"], "--draft-max-length: EAGLE_PROBE_DRAFT_MAX_LENGTH='2k' is not valid; accepted: an "
+     "integer >= 1"),
+    (["--draft-max-length", "0"], "--draft-max-length: EAGLE_PROBE_DRAFT_MAX_LENGTH='0'"),
     (["--draft-accuracy", "0.7", "--collapse-min-drafts", "0"], "--collapse-min-drafts: EAGLE_PROBE_COLLAPSE_MIN"),
     (["--dump-dir", "D", "--dump-every", "0"], "--dump-every: EAGLE_PROBE_DUMP_EVERY='0' is not valid"),
     (["--dump-dir", "D", "--dump-ranks", "first"], "--dump-ranks: EAGLE_PROBE_DUMP_RANKS='first'"),

@@ -203,8 +203,12 @@ def test_summarize_names_a_low_slice_the_probe_did_not_log():
     lines = [json.loads(line) for line in stream.getvalue().splitlines()
              if '"acceptance_slice_low"' not in line]  # e.g. logs of a probe before this check
     report = build_report(lines)
-    assert [g["code"] for g in report["findings"]] == ["acceptance_slice_low"]
-    assert report["ranks"][0]["findings"][0]["code"] == "acceptance_slice_low"
+    # Requests with a cached prefix accept 0-1 drafts, the others all 3: their accept lengths are two groups, and the
+    # one low slice explains them (analysis.bimodal).
+    assert [g["code"] for g in report["findings"]] == ["acceptance_bimodal", "acceptance_slice_low"]
+    assert [g["code"] for g in report["ranks"][0]["findings"]] == ["acceptance_bimodal", "acceptance_slice_low"]
+    [bimodal] = [g for g in report["findings"] if g["code"] == "acceptance_bimodal"]
+    assert "One slice explains it: cached_prefix = yes" in bimodal["last_message"]
 
 
 def test_summarize_skips_a_malformed_slices_event():

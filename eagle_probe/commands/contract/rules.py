@@ -9,6 +9,8 @@ from typing import Dict, List, Tuple
 
 from ... import versions
 from ...versions import RANKS_RUNTIME_CONTEXT, V1_WORKER, VersionRules
+from ...analysis.draft_ids import DRAFT_CLASSES
+from .config_key_claims import config_key_claims
 from .draft_claims import KIMI_MODULE, draft_id_claims
 from .claims import Claim, absent, body_check, dataclass_field, defines, env_default, module_mentions, sets_attributes
 from .rule_checks import (assigns_result_field, aux_list_test, aux_packed_test, calls_name, capture_flag_claim,
@@ -179,4 +181,6 @@ def target_claims(rules: VersionRules, integrations=None, release=None) -> Tuple
 
 def claims_for(rules: VersionRules, integrations=None, release=None) -> Tuple[List[Claim], List[str]]:
     targets, notes = target_claims(rules, integrations, release)
-    return targets + list(ATTRIBUTES_READ) + _rule_claims(rules), notes
+    version = versions.format_version(release or rules.first)  # the forward keys' table is per release, not per row
+    present = [name for name, row in DRAFT_CLASSES.items() if row.module not in rules.absent_modules]
+    return targets + list(ATTRIBUTES_READ) + _rule_claims(rules) + config_key_claims(version, present), notes

@@ -8,6 +8,7 @@ import json
 from collections import Counter, defaultdict
 
 from ... import events as names
+from .causes import causes_section
 from .coverage import coverage_section, render_coverage_line
 from .slices import render_slices_text, slices_section
 from .training import find_accuracy, render_training_text, training_section
@@ -119,9 +120,10 @@ _LISTED = {names.CAPTURE_CONFIGURED: "capture", names.TARGET_FORWARD: "forwards"
            names.ACCEPTANCE: "acceptance"}
 
 
-def build_report(events: list, input_stats=None, draft_accuracy=None) -> dict:
+def build_report(events: list, input_stats=None, draft_accuracy=None, draft_max_length=None) -> dict:
     """input_stats: LogReader.stats(), the lines read and skipped (shown as the report's input section);
-    draft_accuracy: summarize's --draft-accuracy (one number or per-position numbers; else read from the logs)."""
+    draft_accuracy: summarize's --draft-accuracy (one number or per-position numbers; else read from the logs);
+    draft_max_length: summarize's --draft-max-length (else the trained length the draft.loaded event states)."""
     raw = defaultdict(lambda: {"started": None, "capture": [], "forwards": [], "draft": [], "findings": [],
                                "summary": None, "errors": [], "acceptance": []})
     notices = []
@@ -174,6 +176,13 @@ def build_report(events: list, input_stats=None, draft_accuracy=None) -> dict:
         _add_rank_findings(ranks, raw, training["findings"])
         report["findings"] = _group_findings(all_findings + training["findings"])
     _add_slices(report, raw, events, all_findings + training["findings"])
+    # The causes users hit (acceptance_low, acceptance_past_trained_length, acceptance_bimodal), from all the above.
+    causes = causes_section(events, report, draft_max_length)
+    report["causes"] = {k: v for k, v in causes.items() if k != "findings"}
+    if causes["findings"]:
+        _add_rank_findings(ranks, raw, causes["findings"])
+        report["findings"] = _group_findings(all_findings + training["findings"]
+                                             + report["acceptance_slices"]["findings"] + causes["findings"])
     return report
 
 

@@ -11,6 +11,7 @@ from ...analysis.vocab_map import map_problems
 from ...observations import DraftLoaded, DraftVocabulary
 from ..state import STATE
 from ..values.embedding_check import compare_with_target
+from .draft_config import config_facts
 
 
 def width(module, *names):
@@ -79,6 +80,7 @@ def _observe_loaded(instance, names, kept):
         embed_rel_diff=embed_rel_diff, embed_compare=embed_compare,
         target_vocab_size=target_vocab, d2t_size=None if d2t is None else int(d2t.numel()), d2t_problems=problems,
         ids_read=ids_read, ids_read_from=read_from,
+        **config_facts(type(instance).__name__, config, inner, STATE.recorder.config.draft_max_length),
     ))
     if d2t is None or offsets is not None:  # a map on a device is not read: coverage then stays unknown
         kind, hot = hot_ids(draft_vocab, target_vocab, offsets)

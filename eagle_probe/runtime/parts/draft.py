@@ -1,7 +1,7 @@
 """The EAGLE-3 draft: its load-time facts (configuration, checkpoint, embedding), the widths it is fed, and the ids
 its config names against what the target captured (and the trained layers, when given)."""
 
-from ...analysis import draft_ids, draft_rules
+from ...analysis import draft_config_keys, draft_ids, draft_rules
 from ...analysis import findings as rules_mod
 from ...analysis.layers import apply_capture_rule, parse_trained_layers
 from ...analysis.vocab_map import load_findings
@@ -40,6 +40,10 @@ class DraftFacts(Part):
         replaced = rules_mod.draft_replaced_finding(obs)
         if replaced is not None:
             self.out.finding(replaced, "draft")
+        ignored = draft_config_keys.ignored_finding(
+            draft_config_keys.from_observed(obs.config_ignored, obs.sglang_release or ""), obs.model_class)
+        if ignored is not None:
+            self.out.finding(ignored, "draft")
         for finding in load_findings(obs.model_class, obs.draft_vocab_size, obs.target_vocab_size, obs.d2t_size,
                                      obs.d2t_problems):
             self.out.finding(finding, "draft")
