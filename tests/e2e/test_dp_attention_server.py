@@ -28,16 +28,18 @@ SCHEDULER_EVENTS = ("eagle_probe.started", "eagle_probe.capture.configured", "ea
                     "eagle_probe.target.forward", "eagle_probe.draft.forward")
 
 
-# The acceptance phases: the "into_fixed_point" prompt (every draft accepted) sent REPEATS times in a row, so that
-# the DP controller's round robin hands each DP rank the same requests; about 20 request-steps each.
-LONG = ("into_fixed_point", 60)
-REPEATS = 8
+# The acceptance phases: the "into_fixed_point" prompt (every draft accepted: 3 tokens a verify step) sent several
+# times in a row, so that the DP controller's round robin hands each DP rank the same requests. Control: 10 requests
+# of about 16 request-steps, over 64 (the test's minimum) on each DP rank. Fault: one request each; DP rank 1's takes
+# one token a step (about 45 request-steps accepting nothing), enough to be named against the cumulative counts.
+LONG = ("into_fixed_point", 45)
+CONTROL_REQUESTS, FAULT_REQUESTS = 10, 2
 FAULT = "1:0:-1"  # tp rank 1 (= DP rank 1 here), aux slot 0 (the one the "map" draft reads), negated
 
 
-def _phase(server, prompts):
+def _phase(server, prompts, requests):
     prompt = prompts[LONG[0]][0]
-    return [server.generate_raw(prompt, max_new_tokens=LONG[1]) for _ in range(REPEATS)]
+    return [server.generate_raw(prompt, max_new_tokens=LONG[1]) for _ in range(requests)]
 
 
 @pytest.fixture(scope="module")
@@ -51,12 +53,12 @@ def dp(tmp_path_factory):
     try:
         prompts = case["expected"]["prompts"]
         out = {k: server.generate_raw(prompts[k][0], max_new_tokens=prompts[k][1]) for k in KEYS}
-        control = _phase(server, prompts)
+        control = _phase(server, prompts, CONTROL_REQUESTS)
         metrics = server.flushed_metrics_text()
         time.sleep(0.5)  # the last cumulative acceptance_slices lines (every 0.2 s) are written
         control_dir = shutil.copytree(log_dir, os.path.join(root, "control"))
         open(flag, "w").close()
-        fault = _phase(server, prompts)
+        fault = _phase(server, prompts, FAULT_REQUESTS)
         time.sleep(1.5)
         log = server.log_text()
     finally:

@@ -7,6 +7,7 @@ probe injected into both), the one pair that serves every multi-node check:
   nodes and must stay closed), and the served totals equal the probe's own logs;
 - a fault of our own on node 1 only (sglang_cpu.tp_shims: aux slot 1 scaled on tp rank 1 while a flag file exists) is
   named by `summarize DIR0 DIR1` with node and rank; the control phase before it, summarised the same way, is silent;
+- a real Prometheus scraping both nodes holds each probe series once, with the drafts per node the logs count;
 - the stop of the pair is measured (SIGTERM to both nodes at once).
 """
 
@@ -43,6 +44,8 @@ def pair(tmp_path_factory):
         common, dict(common, SGLANG_CPU_PERTURB_AUX=FAULT, SGLANG_CPU_PERTURB_AUX_FLAG=flag)))
     node0, node1 = servers
     prompts = case["expected"]["prompts"]
+    prom = _prometheus(root, [f"127.0.0.1:{s.port}" for s in servers], exporter.extra(1))
+    scraped = None
     try:
         control = _generate(node0, prompts)
         control_metrics = [s.flushed_metrics_text() for s in servers]
@@ -53,14 +56,54 @@ def pair(tmp_path_factory):
         fault = _generate(node0, prompts)
         metrics = [s.flushed_metrics_text() for s in servers]
         logs = [s.log_text() for s in servers]
+        if prom is not None:
+            scraped = _scraped(prom, metrics)
     finally:
         stopped = stop_pair(servers)
+        if prom is not None:
+            prom.stop()
         exporter.release()
     print(f"two-node pair: start-up {node0.startup_seconds:.1f} s / {node1.startup_seconds:.1f} s; "
           f"stop (SIGTERM to both) node 0 {stopped[0]} s, node 1 {stopped[1]} s")
     return dict(case=case, control=control, fault=fault, control_metrics=control_metrics, metrics=metrics,
                 logs=logs, log_dirs=log_dirs, control_dirs=control_dirs, events=[probe_events(d) for d in log_dirs],
-                exporter_open=exporter_open, stopped=stopped)
+                exporter_open=exporter_open, stopped=stopped, scraped=scraped)
+
+
+def _prometheus(root, targets, port):
+    """A real Prometheus (Debian's package, tests/prometheus's harness) scraping both nodes' SGLang /metrics; None
+    where it is not installed (`bash scripts/system-deps.sh` as root installs it)."""
+    from tests.prometheus.conftest import Prometheus
+
+    binary = shutil.which("prometheus") or ("/usr/bin/prometheus" if os.path.exists("/usr/bin/prometheus") else None)
+    if binary is None:
+        return None
+    home = os.path.join(root, "prometheus")
+    os.makedirs(home, exist_ok=True)
+    prom = Prometheus(binary, home, {"sglang-nodes": targets}, port)
+    prom.start()
+    return prom
+
+
+def _scraped(prom, metrics):
+    """What Prometheus holds once it has scraped the last flushed values of both nodes: the probe series present more
+    than once (apart from the scrape's own labels), and the drafts per node."""
+    from tests.prometheus.conftest import wait_for
+
+    served = {str(n): sum(v for _, v in metric_samples(text, "eagle_probe_spec_drafts_total"))
+              for n, text in enumerate(metrics)}
+
+    def drafts():
+        result = prom.query("sum by (node_rank) (eagle_probe_spec_drafts_total)")["data"]["result"]
+        got = {r["metric"].get("node_rank"): float(r["value"][1]) for r in result}
+        return got if got == served else None
+
+    by_node = wait_for(drafts, 60, f"Prometheus to hold the drafts served per node ({served})")
+    twice = prom.query('count without (instance, job) ({__name__=~"eagle_probe_.+"}) > 1')["data"]["result"]
+    series = prom.query('count by (node_rank) ({__name__=~"eagle_probe_.+"})')["data"]["result"]
+    return {"drafts": by_node, "twice": twice,
+            "series": {r["metric"].get("node_rank"): int(r["value"][1]) for r in series},
+            "targets_up": prom.targets_up()}
 
 
 def _listening(port):
@@ -120,6 +163,18 @@ def test_served_totals_equal_the_probe_logs_on_each_node(pair):
         served = sum(v for _, v in metric_samples(text, "eagle_probe_spec_drafts_total"))
         logged = sum(e.get("drafts") or 0 for e in events if e["event"] == "eagle_probe.acceptance")
         assert served == logged > 0, (node, served, logged)
+
+
+def test_a_real_prometheus_scraping_both_nodes_sees_each_probe_series_once(pair):
+    scraped = pair["scraped"]
+    if scraped is None:
+        pytest.skip("Prometheus is not installed (bash scripts/system-deps.sh as root)")
+    assert scraped["targets_up"]
+    assert scraped["twice"] == []
+    assert set(scraped["series"]) == {"0", "1"} and min(scraped["series"].values()) > 20, scraped["series"]
+    logged = {str(n): float(sum(e.get("drafts") or 0 for e in events if e["event"] == "eagle_probe.acceptance"))
+              for n, events in enumerate(pair["events"])}
+    assert scraped["drafts"] == logged
 
 
 def test_summarize_of_the_control_phase_is_silent(pair, capsys):
