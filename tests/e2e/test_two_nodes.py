@@ -44,7 +44,8 @@ def pair(tmp_path_factory):
         common, dict(common, SGLANG_CPU_PERTURB_AUX=FAULT, SGLANG_CPU_PERTURB_AUX_FLAG=flag)))
     node0, node1 = servers
     prompts = case["expected"]["prompts"]
-    prom = _prometheus(root, [f"127.0.0.1:{s.port}" for s in servers], exporter.extra(1))
+    # the exporter would listen on extra(0) + tp_rank (0, 1); Prometheus on extra(4)
+    prom = _prometheus(root, [f"127.0.0.1:{s.port}" for s in servers], exporter.extra(4))
     scraped = None
     try:
         control = _generate(node0, prompts)
@@ -99,7 +100,9 @@ def _scraped(prom, metrics):
         return got if got == served else None
 
     by_node = wait_for(drafts, 60, f"Prometheus to hold the drafts served per node ({served})")
-    twice = prom.query('count without (instance, job) ({__name__=~"eagle_probe_.+"}) > 1')["data"]["result"]
+    # count drops the metric name: keep it as a label so that only one series' copies are counted together
+    named = 'label_replace({__name__=~"eagle_probe_.+"}, "name", "$1", "__name__", "(.+)")'
+    twice = prom.query(f"count without (instance, job) ({named}) > 1")["data"]["result"]
     series = prom.query('count by (node_rank) ({__name__=~"eagle_probe_.+"})')["data"]["result"]
     return {"drafts": by_node, "twice": twice,
             "series": {r["metric"].get("node_rank"): int(r["value"][1]) for r in series},

@@ -103,3 +103,13 @@ def test_one_directory_keeps_its_plain_report(tmp_path, capsys):
     d0 = _node_dir(tmp_path, "node0", _lines(0, 100))
     assert main(["summarize", d0]) == 0
     assert "== nodes" not in capsys.readouterr().out
+
+
+def test_html_shows_the_nodes_and_what_differs(tmp_path, capsys):
+    d0 = _node_dir(tmp_path, "node0", _lines(0, 100))
+    d1 = _node_dir(tmp_path, "node1", _lines(1, 200, layers=(2, 3, 5), start="2026-12-03T11:00:00"))
+    out = tmp_path / "r.html"
+    assert main(["summarize", d0, d1, "--html", str(out)]) == 0
+    html = out.read_text()
+    assert "<h2>Nodes</h2>" in html and "DIFFERS: capture layers differ across nodes" in html
+    assert "its clock looks 3600 s ahead" in html and "<h2>node_rank 1 (host1), tp_rank 1" in html
