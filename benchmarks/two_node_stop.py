@@ -4,8 +4,8 @@ orchestrator stopping the launch does), with and without the probe; rounds alter
     PYTHONPATH=$PWD .venv/bin/python benchmarks/two_node_stop.py [--rounds N] [--json]
 
 Each round starts the pair (sglang_cpu.node_pair), sends the "map" case's three requests to node 0, then stops it and
-records the seconds until each node's process group has ended (None: still there after SGLangServer's grace,
-STOP_GRACE_S, and killed).
+records the seconds until each node's scheduler (where the probe runs) and its whole process group have ended (None:
+still there after SGLangServer's grace, STOP_GRACE_S, and killed).
 """
 
 import argparse
@@ -42,10 +42,11 @@ def main(argv=None):
         return 0
     for label, stops in runs.items():
         for node in (0, 1):
-            times = [s[node] for s in stops]
-            done = [t for t in times if t is not None]
-            median = f"median {statistics.median(done):.2f} s" if done else "never within the grace"
-            print(f"{label:>5} node {node}: {times} ({median})")
+            for part in ("scheduler", "group"):
+                times = [s[node][part] for s in stops]
+                done = [t for t in times if t is not None]
+                median = f"median {statistics.median(done):.2f} s" if done else "never within the grace"
+                print(f"{label:>5} node {node} {part:>9}: {times} ({median})")
     return 0
 
 

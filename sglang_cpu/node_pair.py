@@ -55,29 +55,56 @@ def start_two_node_pair(root, name, case, env=(None, None), probe=True, extra_ar
 
 def stop_pair(servers, grace=None):
     """SIGTERM both nodes' process groups at once, as an orchestrator stopping the launch does; then SGLangServer.stop
-    (SIGKILL what is left after its grace). Returns [seconds until each node's group had ended, or None where it was
-    still there after the grace and was killed]."""
+    (SIGKILL what is left after its grace). Returns, per node, {"scheduler": seconds until its scheduler processes
+    (where the probe runs) had ended, "group": seconds until its whole process group had ended}; None where it was
+    still there after the grace and was killed."""
     import signal
     import time
+
+    import psutil
 
     from sglang_cpu.server import STOP_GRACE_S
 
     grace = STOP_GRACE_S if grace is None else grace
+    schedulers = [_schedulers(server.proc.pid) for server in servers]
     t0 = time.monotonic()
     for server in servers:
         try:
             os.killpg(server.proc.pid, signal.SIGTERM)
         except ProcessLookupError:
             pass
-    ended = [None] * len(servers)
-    while time.monotonic() < t0 + grace and None in ended:
+    ended = [{"scheduler": None, "group": None} for _ in servers]
+    while time.monotonic() < t0 + grace and any(None in e.values() for e in ended):
+        now = round(time.monotonic() - t0, 2)
         for i, server in enumerate(servers):
-            if ended[i] is None and server.proc.poll() is not None and not _group_alive(server.proc.pid):
-                ended[i] = round(time.monotonic() - t0, 2)
+            if ended[i]["scheduler"] is None and not any(_running(p, psutil) for p in schedulers[i]):
+                ended[i]["scheduler"] = now
+            if ended[i]["group"] is None and server.proc.poll() is not None and not _group_alive(server.proc.pid):
+                ended[i]["group"] = now
         time.sleep(0.05)
     for server in servers:
         server.stop(grace=0.5)
     return ended
+
+
+def _schedulers(pid):
+    import psutil
+
+    out = []
+    for child in psutil.Process(pid).children(recursive=True):
+        try:
+            if child.name().startswith("sglang::schedul"):
+                out.append(child)
+        except psutil.Error:
+            pass
+    return out
+
+
+def _running(process, psutil):
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def _group_alive(pgid):

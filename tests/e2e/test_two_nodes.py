@@ -65,7 +65,7 @@ def pair(tmp_path_factory):
             prom.stop()
         exporter.release()
     print(f"two-node pair: start-up {node0.startup_seconds:.1f} s / {node1.startup_seconds:.1f} s; "
-          f"stop (SIGTERM to both) node 0 {stopped[0]} s, node 1 {stopped[1]} s")
+          f"stop (SIGTERM to both), seconds: node 0 {stopped[0]}, node 1 {stopped[1]}")
     return dict(case=case, control=control, fault=fault, control_metrics=control_metrics, metrics=metrics,
                 logs=logs, log_dirs=log_dirs, control_dirs=control_dirs, events=[probe_events(d) for d in log_dirs],
                 exporter_open=exporter_open, stopped=stopped, scraped=scraped)
@@ -202,5 +202,8 @@ def test_summarize_names_the_fault_on_node_1_with_its_rank(pair, capsys):
 
 
 def test_pair_stops_on_sigterm(pair):
+    """Each node's scheduler (where the probe runs: its SIGTERM flush waits at most 2 s) ends within 3 s; the whole
+    group (SGLang's launchers: node 0 sleeps 5 s before its crash diagnostics) within the stop's grace."""
     print(f"stop times (SIGTERM to both nodes): {pair['stopped']}")
-    assert None not in pair["stopped"], pair["logs"][0][-3000:]
+    assert all(n["scheduler"] is not None and n["scheduler"] <= 3.0 for n in pair["stopped"]), pair["stopped"]
+    assert all(n["group"] is not None for n in pair["stopped"]), pair["logs"][0][-3000:]
