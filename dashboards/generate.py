@@ -9,9 +9,10 @@ analysis constants.
 The committed files are what Grafana and Prometheus load; tests/prometheus checks that they equal this output and
 runs every expression below against a real Prometheus scraping a real SGLang server with the probe.
 
-Conventions: every panel query filters on the dashboard variables `$instance` and `$tp_rank` (and `$role` where the
-metric has a role label); rates use `$__rate_interval`. Acceptance follows vLLM's definitions: mean acceptance length
-= 1 + rate(accepted tokens) / rate(drafts); acceptance rate at draft position k = rate(accepted at k) / rate(drafts).
+Conventions: every panel query filters on the dashboard variables `$instance`, `$node_rank` and `$tp_rank` (and
+`$role` where the metric has a role label); rates use `$__rate_interval`. Acceptance follows vLLM's definitions: mean
+acceptance length = 1 + rate(accepted tokens) / rate(drafts); acceptance rate at draft position k = rate(accepted at
+k) / rate(drafts).
 """
 
 import json
@@ -44,12 +45,14 @@ ALERTS_PATH = os.path.join(HERE, "prometheus", "alerts.yml")
 
 UID = "eagle-probe-eagle3"
 DS = DataSourceRef(type_val="prometheus", uid="${datasource}")
-SEL = 'instance=~"$instance", tp_rank=~"$tp_rank"'
+# node_rank: the node of a multi-node launch (each node's /metrics serves its own ranks' series once); "All" is .*,
+# which also matches series without the label (SGLang's own, and probes before node labels)
+SEL = 'instance=~"$instance", node_rank=~"$node_rank", tp_rank=~"$tp_rank"'
 SEL_ROLE = SEL + ', role=~"$role"'
 # SGLang's own gauge under both names: prometheus_client's OpenMetrics output (what Prometheus asks for) writes the
 # sample as sglang_spec_accept_length, the classic text format as sglang:spec_accept_length.
 SGLANG_ACCEPT_LENGTH = "sglang:spec_accept_length|sglang_spec_accept_length"
-RANK = "instance, tp_rank"
+RANK = "instance, node_rank, tp_rank"
 RI = "$__rate_interval"
 
 COLLAPSE_THRESHOLD = 0.3  # position-0 acceptance rate; healthy EAGLE-3 drafts accept 0.6-0.9 at position 0
@@ -283,7 +286,9 @@ def variables():
 
     return [DatasourceVariable("datasource").label("Prometheus").type("prometheus"),
             query_var("instance", "instance", "label_values(eagle_probe_info, instance)"),
-            query_var("tp_rank", "TP rank", 'label_values(eagle_probe_info{instance=~"$instance"}, tp_rank)'),
+            query_var("node_rank", "node", 'label_values(eagle_probe_info{instance=~"$instance"}, node_rank)'),
+            query_var("tp_rank", "TP rank",
+                      'label_values(eagle_probe_info{instance=~"$instance", node_rank=~"$node_rank"}, tp_rank)'),
             query_var("role", "role", 'label_values(eagle_probe_target_forwards_total{instance=~"$instance"}, role)'),
             slice_var()]
 

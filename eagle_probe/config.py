@@ -307,11 +307,12 @@ SETTINGS = (
     Setting("EAGLE_PROBE_LOG_DIR", "log_dir", _directory, "the directory for the JSON log lines: one "
             "`eagle-probe-HOST-PID.jsonl` per process", default_text="stderr"),
     Setting("EAGLE_PROBE_LOG_LEVEL", "log_level", _choices(LOG_LEVELS), "the lowest level of the probe's log lines"),
-    Setting("EAGLE_PROBE_METRICS_PORT", "metrics_port", _port, "each process serves ADDR:PORT+tp_rank when SGLang's "
-            "`--enable-metrics` is off (and on nodes other than node 0)"),
+    Setting("EAGLE_PROBE_METRICS_PORT", "metrics_port", _port, "each process serves the probe's series (only them) "
+            "on ADDR:PORT+tp_rank when SGLang's `--enable-metrics` is off; with it, SGLang's `/metrics` on every node "
+            "serves them and no exporter starts"),
     Setting("EAGLE_PROBE_METRICS_ADDR", "metrics_addr", _address, "the IP address that exporter binds; another than "
-            "loopback (needed on nodes with node_rank >= 1 when Prometheus runs elsewhere) logs one "
-            "`eagle_probe.metrics.exposed` warning naming it"),
+            "loopback (needed when Prometheus runs on another host) logs one `eagle_probe.metrics.exposed` warning "
+            "naming it"),
     Setting("EAGLE_PROBE_REFERENCE", "reference", _reference_file, "a JSON file from `eagle-probe reference`: each "
             "live aux slot's fingerprint is compared with the training data's (`aux_value_mismatch`)"),
     Setting("EAGLE_PROBE_SUMMARY_INTERVAL_S", "summary_interval_s", _positive_float, "seconds between "

@@ -35,11 +35,15 @@ class Event(NamedTuple):
 
 
 # Every line also carries these (the worker processes' ranks where known).
-COMMON_FIELDS = ("event", "pid", "timestamp", "level", "tp_rank", "tp_size", "pp_rank", "dp_rank")
+COMMON_FIELDS = ("event", "pid", "host", "timestamp", "level", "node_rank", "nnodes", "tp_rank", "tp_size", "pp_rank",
+                 "pp_size", "dp_rank", "attn_tp_rank", "attn_tp_size", "attn_dp_rank", "attn_dp_size")
 
 CATALOGUE = {
     STARTED: Event("first observation in a worker process", (
-        "probe_version", "sglang_version", "rules", "metrics_port", "metrics_multiprocess")),
+        "probe_version", "sglang_version", "rules", "metrics_port", "metrics_multiprocess",
+        "metrics_served_by: where this process's series are served (SGLang's /metrics, the probe's exporter, none)",
+        "launch: `id`, a hash of the arguments every node of one launch gives alike, and those arguments",
+        "flush_interval_s")),
     CAPTURE_CONFIGURED: Event("every `set_eagle3_layers_to_capture` call", (
         "model_class", "role", "requested_ids", "layers_to_capture",
         "mapping: plus_one / as_given / default_layers", "version_rule",

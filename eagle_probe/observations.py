@@ -5,19 +5,42 @@ from dataclasses import dataclass
 from typing import NamedTuple, Optional, Sequence, Tuple
 
 
+# Labels every probe series carries: bounded per deployment (ranks, node ranks, host names).
+RANK_LABELS = ("tp_rank", "pp_rank", "dp_rank", "node_rank", "host")
+
+
 @dataclass(frozen=True)
 class Ranks:
+    """Where a process runs: its node and host, and its own places in the target's parallel groups (never the draft's
+    swapped-in group). dp_rank is the data-parallel controller's number for the scheduler; attn_dp_rank its place in
+    the attention-DP group under DP attention (the same number there)."""
+
     tp_rank: Optional[int] = None
     tp_size: Optional[int] = None
     pp_rank: Optional[int] = None
     dp_rank: Optional[int] = None
+    pp_size: Optional[int] = None
+    attn_tp_rank: Optional[int] = None
+    attn_tp_size: Optional[int] = None
+    attn_dp_rank: Optional[int] = None
+    attn_dp_size: Optional[int] = None
+    node_rank: Optional[int] = None
+    nnodes: Optional[int] = None
+    host: Optional[str] = None
 
     def labels(self) -> dict:
-        return {k: ("" if v is None else str(v)) for k, v in
-                (("tp_rank", self.tp_rank), ("pp_rank", self.pp_rank), ("dp_rank", self.dp_rank))}
+        """The series labels (RANK_LABELS); an unknown value is the empty string."""
+        return {k: ("" if getattr(self, k) is None else str(getattr(self, k))) for k in RANK_LABELS}
+
+    def sizes(self) -> dict:
+        """The widths and attention places, for the info series (one per process, not per series)."""
+        return {k: ("" if getattr(self, k) is None else str(getattr(self, k)))
+                for k in ("tp_size", "pp_size", "attn_tp_rank", "attn_tp_size", "attn_dp_rank", "attn_dp_size",
+                          "nnodes")}
 
     def fields(self) -> dict:
-        return {"tp_rank": self.tp_rank, "tp_size": self.tp_size, "pp_rank": self.pp_rank, "dp_rank": self.dp_rank}
+        """Every field, for the log lines (bound to every event of the process)."""
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
 @dataclass(frozen=True)

@@ -121,6 +121,9 @@ class VersionRules:
     rank_source: str = RANKS_RUNTIME_CONTEXT
     dp_rank_from_dp_attention: bool = False  # sglang.srt.layers.dp_attention.get_attention_dp_rank exists
     draft_reads_num_aux: bool = True  # EAGLE-3 draft's fc is H * num_aux_hidden_states (else H * 3)
+    # Under --enable-metrics, node ranks >= 1 serve /metrics too (launch_dummy_health_check_server adds the Prometheus
+    # middleware): the probe's series there go through SGLang, never through a second endpoint (runtime/sinks/endpoint)
+    other_nodes_serve_metrics: bool = True
     # modules that integrations target but this release does not have (their targets are skipped)
     absent_modules: Tuple[str, ...] = ()
     tested: Optional[str] = None  # the release of this row that the real-SGLang tests run
@@ -156,6 +159,7 @@ class VersionRules:
             "rank_source": self.rank_source,
             "dp_rank_from_dp_attention": self.dp_rank_from_dp_attention,
             "draft_reads_num_aux": self.draft_reads_num_aux,
+            "other_nodes_serve_metrics": self.other_nodes_serve_metrics,
             "absent_modules": list(self.absent_modules),
             "verified": self.verified,
             "tested": self.tested,

@@ -13,7 +13,8 @@ Never part of the probe. Applied in every SGLang process (the spawned schedulers
   ``DeepseekV2Model.forward`` so that on tp rank RANK only, column block SLOT (width H) of the packed aux hidden
   states it returns is multiplied by SCALE. It exists so that a test can prove the probe names the rank whose
   aux states differ. sitecustomize registers it before the probe installs, so the probe's wrapper sits outside
-  this one and sees the perturbed values. Off unless the variable is set.
+  this one and sees the perturbed values. Off unless the variable is set. With ``SGLANG_CPU_PERTURB_AUX_FLAG=PATH``
+  it perturbs only while PATH exists, so one server serves a control phase and then the fault.
 
 See shared/notes/sglang-on-cpu.md, "Tensor parallelism on the CPU (`--tp-size 2`), sglang 0.5.23".
 """
@@ -29,6 +30,7 @@ from sglang_cpu.forward_wrap import wrap_deepseek_forward
 
 ENV_FLAG = "SGLANG_CPU_TP"
 PERTURB_ENV = "SGLANG_CPU_PERTURB_AUX"
+PERTURB_FLAG_ENV = "SGLANG_CPU_PERTURB_AUX_FLAG"  # a file path: perturb only while it exists (control, then fault)
 THREADS_BIND_ENV = "SGLANG_CPU_OMP_THREADS_BIND"
 
 _applied = False
@@ -92,13 +94,21 @@ def perturb_aux(aux, slot: int, scale: float, hidden_size: int):
     return out
 
 
-def perturbation_wrapper(rank: int, slot: int, scale: float, current_rank=_current_tp_rank):
-    """wrapt wrapper for ``DeepseekV2Model.forward``: scales aux slot ``slot`` on tp rank ``rank`` only."""
+def flag_file_active(path: str):
+    """active() for perturbation_wrapper: True while the file exists."""
+    return lambda: os.path.exists(path)
+
+
+def perturbation_wrapper(rank: int, slot: int, scale: float, current_rank=_current_tp_rank, active=None):
+    """wrapt wrapper for ``DeepseekV2Model.forward``: scales aux slot ``slot`` on tp rank ``rank`` only (and only while
+    ``active()`` is True, when given)."""
 
     def forward(wrapped, instance, args, kwargs):
         result = wrapped(*args, **kwargs)
         # With capture on, 0.5.23 returns (hidden [T, H], packed aux [T, K*H]); anything else passes through.
         if not (isinstance(result, tuple) and len(result) == 2) or current_rank() != rank:
+            return result
+        if active is not None and not active():
             return result
         hidden, aux = result
         if aux is None or getattr(aux, "dim", lambda: 0)() != 2:
@@ -111,5 +121,7 @@ def perturbation_wrapper(rank: int, slot: int, scale: float, current_rank=_curre
 def apply_perturbation(spec: str | None = None) -> None:
     """Install the aux perturbation hook when ``spec`` (default: $SGLANG_CPU_PERTURB_AUX) is set (idempotent)."""
     spec = os.environ.get(PERTURB_ENV, "") if spec is None else spec
+    flag = os.environ.get(PERTURB_FLAG_ENV, "")
     if spec:
-        wrap_deepseek_forward("_sglang_cpu_aux_perturbed", perturbation_wrapper(*parse_perturbation(spec)))
+        wrap_deepseek_forward("_sglang_cpu_aux_perturbed", perturbation_wrapper(
+            *parse_perturbation(spec), active=flag_file_active(flag) if flag else None))

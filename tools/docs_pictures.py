@@ -47,7 +47,7 @@ def panel_queries(title: str, dashboard_path: pathlib.Path = DASHBOARD) -> list:
 
 def concrete(expr: str, rate_interval: str) -> str:
     """A panel query with Grafana's variables set as 'all' (every instance, rank and role)."""
-    for variable in ("$instance", "$tp_rank", "$role"):
+    for variable in ("$instance", "$node_rank", "$tp_rank", "$role"):
         expr = expr.replace(f'"{variable}"', '".*"')
     return expr.replace("$__rate_interval", rate_interval).replace('"$slice"', '"batch"')
 

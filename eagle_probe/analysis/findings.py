@@ -339,9 +339,12 @@ def aux_slots_identical_finding(role: str, slots: Sequence[int], capture_indices
 
 def tp_rank_divergence_finding(role: str, slot: int, label: str, step: int, ranks: Sequence[int],
                                rms_spread: float, lowest_cosine: Optional[float], layout: str,
-                               rms_by_rank: dict) -> Finding:
+                               rms_by_rank: dict, nodes: Optional[dict] = None) -> Finding:
+    """nodes: {tp_rank: "node_rank N (host H)"} where the ranks span several nodes (named beside each rank)."""
+    nodes = nodes or {}
     cosine_text = "" if lowest_cosine is None else f", lowest signature cosine {lowest_cosine:.6f}"
-    rms_text = ", ".join(f"tp_rank {r}: {v:.6g}" for r, v in sorted(rms_by_rank.items()))
+    rms_text = ", ".join(f"tp_rank {r}" + (f" on {nodes[r]}" if r in nodes else "") + f": {v:.6g}"
+                         for r, v in sorted(rms_by_rank.items()))
     return _finding(
         TP_RANK_DIVERGENCE,
         f"{role}: aux slot {slot} ({label}) differs between tp ranks {', '.join(map(str, ranks))} at forward "
@@ -349,7 +352,8 @@ def tp_rank_divergence_finding(role: str, slot: int, label: str, step: int, rank
         f"{RMS_SPREAD_TOLERANCE:g}, cosine {SIGNATURE_COSINE_TOLERANCE:g}. {layout} A rank holding partial sums "
         f"(a missing all-reduce) or another model state feeds its draft other values than the others.",
         role=role, slot=slot, label=label, step=step, ranks=list(ranks), rms_spread=rms_spread,
-        lowest_signature_cosine=lowest_cosine, rms_by_rank={str(k): v for k, v in sorted(rms_by_rank.items())})
+        lowest_signature_cosine=lowest_cosine, rms_by_rank={str(k): v for k, v in sorted(rms_by_rank.items())},
+        **({"nodes": {str(k): v for k, v in sorted(nodes.items())}} if nodes else {}))
 
 
 def aux_value_mismatch_finding(role: str, slot: int, served_index: Optional[int], distance: Optional[float],

@@ -152,7 +152,11 @@ _CAUSES = {
     "path": "a gap between CUDA-graph and eager verify forwards points at state the graph captured once",
     "step": "a low first decode step points at what the draft is handed after prefill (its hidden states, "
             "its KV of the prompt)",
+    "dp_rank": "one data-parallel rank accepting less than the others points at that rank's own state (the aux "
+               "states its attention group hands the draft, the draft group it runs in) or at traffic its requests "
+               "alone carry; compare that rank's fingerprints and capture configuration with the others'",
 }
+DP_RANK = "dp_rank"  # a dimension of its own: acceptance of each data-parallel rank against the other ranks
 
 
 def slice_low_finding(item: dict, positions: int):

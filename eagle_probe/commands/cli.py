@@ -178,6 +178,7 @@ def cmd_summarize(args) -> int:
     import json
 
     from .summarize.logread import LogReader
+    from .summarize.nodes import describe_input, launch_mismatch
     from .summarize.report import build_report, input_lines, render_text
 
     paths = [p for p in args.paths if p != "-"]
@@ -186,9 +187,14 @@ def cmd_summarize(args) -> int:
         print(f"eagle-probe summarize: no such file or directory: {', '.join(missing)}", file=sys.stderr)
         return 2
     reader = LogReader()
+    inputs = []
     try:
         if paths:
-            reader.read_paths(paths)
+            for path in paths:  # one at a time: which node each input holds (summarize/nodes.py)
+                before, stats_before = len(reader.events), (reader.files, reader.lines)
+                reader.read_paths([path])
+                inputs.append(describe_input(path, reader.events[before:], {
+                    "files": reader.files - stats_before[0], "lines": reader.lines - stats_before[1]}))
         else:
             reader.read_stream(getattr(sys.stdin, "buffer", sys.stdin), "<stdin>")
     except OSError as exc:  # a broken link, a link loop, no permission
@@ -200,7 +206,14 @@ def cmd_summarize(args) -> int:
               f"*.jsonl / *.log files or a directory of them)", file=sys.stderr)
         print("\n".join(input_lines(reader.stats())), file=sys.stderr)
         return 2
-    report = build_report(reader.events, reader.stats(), args.draft_accuracy, args.draft_max_length)
+    mismatch = launch_mismatch(inputs)
+    if mismatch and not args.any_launch:
+        print(f"eagle-probe summarize: {mismatch}", file=sys.stderr)
+        return 2
+    report = build_report(reader.events, reader.stats(), args.draft_accuracy, args.draft_max_length,
+                          inputs if len(inputs) > 1 else None)
+    if mismatch:
+        report["node_notices"].insert(0, mismatch.replace("\n", "; "))
     if args.html:
         from .summarize.html_report import render_html
         try:
@@ -260,7 +273,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_replay_parser(sub)
 
     summ = sub.add_parser("summarize", help="summarise the probe's JSON logs of all ranks")
-    summ.add_argument("paths", nargs="*", help="log files or directories (default: stdin)")
+    summ.add_argument("paths", nargs="*", help="log files or directories (default: stdin); one directory per node "
+                      "of a multi-node launch, read together and compared across nodes")
+    summ.add_argument("--any-launch", action="store_true", help="read inputs of different launches together (by "
+                      "default summarize refuses them, naming the arguments that differ)")
     summ.add_argument("--format", choices=("text", "json"), default="text")
     summ.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report with plots")
     summ.add_argument("--draft-accuracy", type=_accuracy_option, metavar="A[,A2,...]",

@@ -16,7 +16,7 @@ from typing import Optional
 
 from .. import events, versions
 from ..config import ConfigError, inner_forward_enabled, load_config
-from .context import graph_capture, ranks
+from .context import graph_capture, launch, ranks
 from .integrations import ALL
 from .patcher import PATCHER
 from .recorder import Recorder
@@ -68,13 +68,18 @@ def install(env=None) -> bool:
                               f"{versions.SUPPORTED_RANGE_TEXT}; off: {off}")
             return False
 
-        def make_metrics(rank_info):
-            from .sinks.metrics import MetricsSink
-            return _shared_metrics(rank_info, config.metrics_port,
-                                   lambda ranks, port: MetricsSink(ranks, port, addr=config.metrics_addr))
+        rules = versions.rules_for(parsed)
 
-        STATE.recorder = Recorder(config, versions.rules_for(parsed), sglang_version, logs,
-                                  ranks.read_ranks, make_metrics, on_serving=install_sigterm_flush)
+        def make_metrics(rank_info):
+            from .sinks.endpoint import sglang_serves_node
+            from .sinks.metrics import MetricsSink
+            served = sglang_serves_node(rank_info.node_rank, rules.other_nodes_serve_metrics)
+            return _shared_metrics(rank_info, config.metrics_port, lambda ranks, port: MetricsSink(
+                ranks, port, addr=config.metrics_addr, node_served=served))
+
+        STATE.recorder = Recorder(config, rules, sglang_version, logs,
+                                  ranks.read_ranks, make_metrics, on_serving=install_sigterm_flush,
+                                  read_launch=launch.read_launch)
         STATE.inner_forward = inner_forward_enabled(config, sys.argv)
         if config.inner_forward == "auto" and env is None:
             # Decided from the launch command; spawned schedulers see other argv, so pass it on.

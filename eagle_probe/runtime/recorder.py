@@ -22,7 +22,8 @@ from .periodic import Periodic
 class Recorder:
     def __init__(self, config: ProbeConfig, rules: VersionRules, sglang_version: Optional[str], logs,
                  read_ranks: Callable[[], Optional[Ranks]], make_metrics: Optional[Callable] = None,
-                 clock=time.monotonic, on_serving: Optional[Callable[[], bool]] = None):
+                 clock=time.monotonic, on_serving: Optional[Callable[[], bool]] = None,
+                 read_launch: Optional[Callable[[], Optional[dict]]] = None):
         self.config = config
         self.rules = rules
         self.sglang_version = sglang_version
@@ -30,6 +31,7 @@ class Recorder:
         self.out = Outputs(logs)
         self.periodic = Periodic(self.out, config.summary_interval_s, clock)
         self._read_ranks = read_ranks
+        self._read_launch = read_launch  # what the nodes of one launch share (runtime/context/launch.py)
         self._make_metrics = make_metrics
         # Called on the first forwards and verify steps until it returns True (install: the SIGTERM flush, set up
         # once SGLang's own start-up in this process is done).
@@ -79,8 +81,23 @@ class Recorder:
         self.out.emit("info", STARTED, probe_version=__version__, sglang_version=self.sglang_version,
                       rules=self.rules.describe(), metrics_port=getattr(self.metrics, "port", None),
                       metrics_multiprocess=getattr(self.metrics, "multiprocess", None),
+                      metrics_served_by=self._served_by(ranks), launch=self._launch(),
                       flush_interval_s=self.config.flush_interval_s)
         return True
+
+    def _served_by(self, ranks: Ranks) -> Optional[str]:
+        from .sinks.endpoint import describe
+        metrics = self.metrics
+        if metrics is None or not hasattr(metrics, "endpoint"):
+            return None
+        return describe(metrics.endpoint, ranks.node_rank, metrics.port)
+
+    def _launch(self) -> Optional[dict]:
+        try:
+            return self._read_launch() if self._read_launch is not None else None
+        except Exception as exc:
+            self.internal_error("launch.read", exc)
+            return None
 
     def _start_metrics(self, ranks: Ranks):
         if self._make_metrics is None:

@@ -4,6 +4,7 @@ With SGLANG_CPU_SPEC=1 in the environment it also applies the speculative (EAGLE
 `sglang_cpu.spec_shims` and sets TRITON_INTERPRET=1 before anything imports Triton. With SGLANG_CPU_TP=1
 it applies `sglang_cpu.tp_shims` (pynccl off, for --tp-size 2), and with SGLANG_CPU_PERTURB_AUX="RANK:SLOT:SCALE"
 the test-only aux perturbation, registered here so that it wraps DeepseekV2Model.forward before the probe does.
+With SGLANG_CPU_DP_ATTENTION=1 it applies `sglang_cpu.dp_shims` (DP attention's CPU branches).
 SGLANG_CPU_PROBE_FAULTS and SGLANG_CPU_PROBE_STATE_DIR: see the end of this file.
 """
 
@@ -30,6 +31,11 @@ if os.environ.get("SGLANG_CPU_TP", "") == "1" or os.environ.get("SGLANG_CPU_PERT
     if tp_shims.enabled():
         tp_shims.apply()
     tp_shims.apply_perturbation()
+
+if os.environ.get("SGLANG_CPU_DP_ATTENTION", "") == "1":
+    from sglang_cpu import dp_shims  # noqa: E402
+
+    dp_shims.apply()  # test-only: DP attention's CPU branches (see sglang_cpu/dp_shims.py)
 
 if os.environ.get("SGLANG_CPU_SHIFT_VERIFY_AUX", ""):
     from sglang_cpu import verify_faults  # noqa: E402

@@ -187,3 +187,8 @@ def construction_counts(prompts, positions=SPEC_POSITIONS, skip_steps=0):
     return {"drafts": float(len(steps)), "draft_tokens": float(len(steps) * positions),
             "accepted": float(sum(steps)),
             "per_position": [float(sum(1 for a in steps if a > k)) for k in range(positions)]}
+
+
+# ------------------------------------------------- a two-node pair on one machine (test_two_nodes.py)
+
+from sglang_cpu.node_pair import start_two_node_pair, stop_pair  # noqa: E402,F401

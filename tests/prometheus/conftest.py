@@ -3,10 +3,11 @@
 Session set-up, in order (all real processes, nothing hand-written into the metrics):
 1. rank workers (tests/prometheus/rank_worker.py): real probe processes at tp_rank 0 and 1 running SGLang's tiny
    DeepSeek-V3 in-process, sharing one PROMETHEUS_MULTIPROC_DIR as SGLang's ranks do; rank 1 loses captures to
-   Two-Batch-Overlap and configures an unreachable layer (real findings); rank 0 has a NaN in one layer. A third,
-   "node 1" process (tp_rank 2, node_rank 1, own directory) serves its series through the probe's own exporter
-   (EAGLE_PROBE_METRICS_PORT). The shared directory is served like SGLang's /metrics: prometheus_client's
-   MultiProcessCollector.
+   Two-Batch-Overlap and configures an unreachable layer (real findings); rank 0 has a NaN in one layer. A third
+   process (tp_rank 2, node_rank 1) runs as under a launch without --enable-metrics (no PROMETHEUS_MULTIPROC_DIR)
+   and serves its series through the probe's own exporter (EAGLE_PROBE_METRICS_PORT). The shared directory is served
+   like SGLang's /metrics: prometheus_client's MultiProcessCollector. (Under --enable-metrics SGLang serves every
+   node's directory itself, node 1's from its health server: the real two-node pair, tests/e2e/test_two_nodes.py.)
 2. one real `python -m sglang.launch_server` on the CPU with --enable-metrics and the probe injected through
    PYTHONPATH: by default SGLang's EAGLE-3 speculative server with --tp-size 2 (sglang_cpu.draft_models "map"
    pair, known acceptance), whose rank 1 has aux slot 1 scaled by a test-only shim (a real divergence);
@@ -94,10 +95,12 @@ class RankWorkers:
         self.collector_port = collector_port
         self._server = None
 
-    def start(self, rank, *flags, mp_dir=None, node_rank=0, metrics_port=None, log_dir=None):
+    def start(self, rank, *flags, mp_dir=None, node_rank=0, metrics_port=None, log_dir=None, multiprocess=True):
         env = dict(os.environ)
         env.update(PROMETHEUS_MULTIPROC_DIR=mp_dir or self.mp_dir, EAGLE_PROBE_LOG_DIR=log_dir or self.logs,
                    PYTHONPATH=os.pathsep.join([ROOT, env.get("PYTHONPATH", "")]), CUDA_VISIBLE_DEVICES="")
+        if not multiprocess:  # as under a launch without --enable-metrics
+            del env["PROMETHEUS_MULTIPROC_DIR"]
         if metrics_port is not None:
             env["EAGLE_PROBE_METRICS_PORT"] = str(metrics_port)
         log = open(os.path.join(self.root, f"rank{rank}.log"), "wb")
@@ -247,8 +250,8 @@ def stack(prom_bins, tmp_path_factory):
     # counts as internal errors while its metrics carry on.
     blocker = os.path.join(root, "not-a-directory")
     open(blocker, "w").close()
-    workers.start(2, "--unreachable", mp_dir=workers.node1_dir, node_rank=1, metrics_port=workers.exporter_base - 2,
-                  log_dir=os.path.join(blocker, "logs"))
+    workers.start(2, "--unreachable", node_rank=1, metrics_port=workers.exporter_base - 2,
+                  log_dir=os.path.join(blocker, "logs"), multiprocess=False)
     # exporter port = EAGLE_PROBE_METRICS_PORT + tp_rank
     workers.serve_collector()
 

@@ -6,10 +6,11 @@
 Runs SGLang 0.5.23's real tiny DeepSeek-V3 in this process (sglang_cpu/runtime.py) with eagle-probe installed.
 The environment carries PROMETHEUS_MULTIPROC_DIR (shared by all ranks, as SGLang's --enable-metrics sets it) and
 EAGLE_PROBE_* settings. A single CPU process is a TP world of one, so this rank's place in the launch is stated
-through SGLang's own runtime context: the first probe observation (the capture configuration call) runs inside
-`get_parallel().override(tp_rank=R, tp_size=N, node_rank=K, ...)`, which is where the probe reads its ranks once
-per process. SGLang validates an override against the built process groups, so the override names width-N group
-handles; they are read by that validation only (forwards run outside the override, on the real TP-1 groups).
+through SGLang's own runtime context: the first probe observation (the capture configuration call) runs while
+`get_parallel().override_permanently(tp_rank=R, tp_size=N, node_rank=K, ...)` holds, which is where the probe reads
+its ranks once per process; the real values are stamped back after it. SGLang validates these values against the
+built process groups, so they name width-N group handles; those are read by that validation only (forwards run
+afterwards, on the real TP-1 groups).
 
 - default: capture ids 1 3 4, EXTEND and DECODE forwards;
 - --unreachable: capture ids 1 3 40 on a 6-layer target (a real capture_id_unreachable finding);
@@ -67,10 +68,18 @@ def main():
     n = args.tp_size
     group = types.SimpleNamespace(world_size=n)
     layer_ids = [0, 2, 3] if args.moe_tbo else ([1, 3, 40] if args.unreachable else [1, 3, 4])
-    with get_parallel().override(tp_rank=args.tp_rank, tp_size=n, attn_tp_rank=args.tp_rank, attn_tp_size=n,
-                                 moe_tp_rank=args.tp_rank, moe_tp_size=n, tp_group=group, attn_tp_group=group,
-                                 moe_tp_group=group, node_rank=args.node_rank, nnodes=max(args.node_rank + 1, 1)):
+    parallel = get_parallel()
+    placed = dict(tp_rank=args.tp_rank, tp_size=n, attn_tp_rank=args.tp_rank, attn_tp_size=n,
+                  moe_tp_rank=args.tp_rank, moe_tp_size=n, tp_group=group, attn_tp_group=group, moe_tp_group=group,
+                  node_rank=args.node_rank, nnodes=max(args.node_rank + 1, 1))
+    real = {name: getattr(parallel, name) for name in placed}
+    # Stamped for the process as SGLang stamps a rank's places (a scoped override is what the draft's group swap
+    # uses, which the probe looks past), then the real TP-1 values again for the forwards.
+    parallel.override_permanently(**placed)
+    try:
         model.set_eagle3_layers_to_capture(layer_ids)
+    finally:
+        parallel.override_permanently(**real)
 
     tokens = [[10, 11, 12, 13, 14], [7, 3, 99, 120]]
     if args.moe_tbo:

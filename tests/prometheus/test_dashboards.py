@@ -27,7 +27,7 @@ PROVISIONING = os.path.join(ROOT, "dashboards", "provisioning")
 SPEC_METRICS = ("eagle_probe_spec_", "sglang:spec_", "eagle_probe_draft_")
 # Grafana's variables as the tests substitute them: "All" (regex .*) and fixed windows.
 SUBSTITUTIONS = {"$__rate_interval": "2m", "$__range": "15m", "$__interval": "15s",
-                 "$instance": ".*", "$tp_rank": ".*", "$role": ".*"}
+                 "$instance": ".*", "$node_rank": ".*", "$tp_rank": ".*", "$role": ".*"}
 
 
 def load_dashboard():
@@ -66,7 +66,7 @@ def test_dashboard_structure():
     assert d["uid"] == "eagle-probe-eagle3" and d["schemaVersion"] >= 39 and d["title"]
     variables = {v["name"]: v for v in d["templating"]["list"]}
     assert variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
-    for name in ("instance", "tp_rank", "role"):
+    for name in ("instance", "node_rank", "tp_rank", "role"):
         assert variables[name]["type"] == "query" and variables[name]["datasource"]["uid"] == "${datasource}"
     ids = [p["id"] for p in d["panels"]]
     assert len(ids) == len(set(ids))
@@ -422,10 +422,13 @@ def test_one_metrics_endpoint_carries_every_rank_once(stack):
     assert sorted(r["metric"]["tp_rank"] for r in result["data"]["result"]) == ["0", "1"]
 
 
-def test_node1_rank_served_by_the_probes_own_exporter(stack):
+def test_rank_without_sglang_metrics_served_by_the_probes_own_exporter(stack):
     text = http_get(f"http://{stack['instances']['exporter']}/metrics")
     info = samples(text, "eagle_probe_info")
-    assert [s["tp_rank"] for s, _ in info] == ["2"]
+    assert [(s["tp_rank"], s["node_rank"]) for s, _ in info] == [("2", "1")]
+    # its own registry: the probe's series only (no process or platform collectors, nothing of SGLang's)
+    assert all(line.startswith(("eagle_probe_", "# HELP eagle_probe_", "# TYPE eagle_probe_"))
+               for line in text.splitlines() if line), text[:2000]
     assert samples(text, "eagle_probe_findings_total")
     assert "tp_rank=\"2\"" not in stack["workers"].collector_text()
 

@@ -565,6 +565,8 @@ OF_TYPE = {
          "accepted": st.lists(st.integers(-10**30, 10**30), max_size=4)}),
         max_size=3), max_size=3),
     fields.OPT_BUCKET_COUNTS: st.none() | st.dictionaries(TEXT, st.integers(-10**30, 10**30), max_size=3),
+    fields.OPT_LAUNCH: st.none() | st.fixed_dictionaries({"id": TEXT, "args": st.dictionaries(
+        TEXT, st.none() | TEXT | st.integers(-10**30, 10**30) | st.booleans(), max_size=3)}),
 }
 
 

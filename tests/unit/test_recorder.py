@@ -12,6 +12,8 @@ from eagle_probe.runtime.sinks.logs import LogSink
 from eagle_probe.runtime.sinks.metrics import MetricsSink
 from eagle_probe.versions import parse_version, rules_for
 
+RANK1 = dict(tp_rank="1", pp_rank="0", dp_rank="", node_rank="", host="")  # series labels of tp rank 1
+
 RULES_0_5_8, RULES_0_5_23 = rules_for(parse_version("0.5.8")), rules_for(parse_version("0.5.23"))
 
 
@@ -61,7 +63,7 @@ def test_forward_logged_on_first_sight_and_change_only():
     fwd = [e for e in events(stream) if e["event"] == "eagle_probe.target.forward"]
     assert [e["mode"] for e in fwd] == ["EXTEND", "TARGET_VERIFY"]
     assert all(e["tp_rank"] == 1 and e["tp_size"] == 2 for e in fwd)
-    labels = dict(role="target", mode="EXTEND", path="eager", tbo="false", tp_rank="1", pp_rank="0", dp_rank="")
+    labels = dict(role="target", mode="EXTEND", path="eager", tbo="false", **RANK1)
     recorder.flush_metrics()
     assert registry.get_sample_value("eagle_probe_target_forwards_total", labels) == 3
 
@@ -84,7 +86,7 @@ def test_tbo_loss_gives_one_finding_and_counts_every_loss():
     assert sorted(e["code"] for e in found) == ["aux_count_mismatch", "tbo_capture_lost"]
     tbo = next(e for e in found if e["code"] == "tbo_capture_lost")
     assert tbo["evidence"]["lost"] == [2, 4, 5] and "output of layer 1" in tbo["message"]
-    rank = dict(tp_rank="1", pp_rank="0", dp_rank="")
+    rank = dict(tp_rank="1", pp_rank="0", dp_rank="", node_rank="", host="")
     recorder.flush_metrics()
     assert registry.get_sample_value("eagle_probe_captures_lost_total", dict(role="target", mode="EXTEND", **rank)) == 6
     assert registry.get_sample_value("eagle_probe_findings_total",
@@ -113,7 +115,7 @@ def test_configuration_layer_series_replaced_not_duplicated():
     recorder, _, registry, _ = make()
     recorder.capture_configured(config(requested_ids=(1, 3, 4), layers_to_capture=(2, 4, 5)))
     recorder.capture_configured(config(requested_ids=(0, 2, 3), layers_to_capture=(0, 2, 3)))
-    rank = dict(tp_rank="1", pp_rank="0", dp_rank="")
+    rank = dict(tp_rank="1", pp_rank="0", dp_rank="", node_rank="", host="")
     slot0_old = dict(role="target", slot="0", capture_index="2", hf_index="2", label="output of layer 1", **rank)
     slot0_new = dict(role="target", slot="0", capture_index="0", hf_index="0", label="embedding output", **rank)
     assert registry.get_sample_value("eagle_probe_capture_layer_info", slot0_old) == 0
@@ -155,7 +157,7 @@ def test_metrics_sink_that_raises_is_counted_not_propagated():
     errors = [e for e in events(stream) if e["event"] == "eagle_probe.internal_error"]
     assert len(errors) == 1 and "disk full" in errors[0]["error"]
     assert registry.get_sample_value("eagle_probe_internal_errors_total",
-                                     dict(where="metrics.add_forwards", tp_rank="1", pp_rank="0", dp_rank="")) == 2
+                                     dict(where="metrics.add_forwards", **RANK1)) == 2
 
 
 def test_skips_before_ranks_are_exported_once_metrics_start():
@@ -163,11 +165,11 @@ def test_skips_before_ranks_are_exported_once_metrics_start():
     recorder.integration_skipped("deepseek_v2", "m.Missing.forward", "not found")
     assert registry.get_sample_value("eagle_probe_integration_skipped_total",
                                      dict(integration="deepseek_v2", target="m.Missing.forward",
-                                          tp_rank="1", pp_rank="0", dp_rank="")) is None
+                                          tp_rank="1", pp_rank="0", dp_rank="", node_rank="", host="")) is None
     recorder.target_forward(forward())
     assert registry.get_sample_value("eagle_probe_integration_skipped_total",
                                      dict(integration="deepseek_v2", target="m.Missing.forward",
-                                          tp_rank="1", pp_rank="0", dp_rank="")) == 1
+                                          tp_rank="1", pp_rank="0", dp_rank="", node_rank="", host="")) == 1
 
 
 def test_failing_log_sink_is_counted_and_metrics_carry_on():
@@ -179,7 +181,7 @@ def test_failing_log_sink_is_counted_and_metrics_carry_on():
     recorder.logs.emit = unusable
     lost = forward(can_run_tbo=True, normal_range=(0, 1), tbo_range=(1, 6), lost=(2, 4, 5))
     recorder.target_forward(lost)
-    rank = dict(tp_rank="1", pp_rank="0", dp_rank="")
+    rank = dict(tp_rank="1", pp_rank="0", dp_rank="", node_rank="", host="")
     assert registry.get_sample_value("eagle_probe_findings_total",
                                      dict(code="tbo_capture_lost", severity="error", role="target", **rank)) == 1
     assert registry.get_sample_value("eagle_probe_internal_errors_total", dict(where="logs.emit", **rank)) >= 2

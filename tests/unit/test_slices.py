@@ -142,7 +142,7 @@ def make_recorder():
 
 
 def sample(registry, name, **labels):
-    return registry.get_sample_value(name, dict(tp_rank="0", pp_rank="0", dp_rank="", **labels))
+    return registry.get_sample_value(name, dict(tp_rank="0", pp_rank="0", dp_rank="", node_rank="", host="", **labels))
 
 
 def _serve(recorder, rounds=80):

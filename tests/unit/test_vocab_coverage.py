@@ -219,11 +219,10 @@ def test_part_counts_exports_and_names_low_coverage_before_a_collapse():
         sampler.next_due = 0.0
     recorder.flush_metrics()
     inside = registry.get_sample_value("eagle_probe_draft_vocab_verified_tokens_total",
-                                       {"in_vocab": "true", "tp_rank": "0", "pp_rank": "0", "dp_rank": ""})
+                                       dict(RANK0, in_vocab="true"))
     outside = registry.get_sample_value("eagle_probe_draft_vocab_verified_tokens_total",
-                                        {"in_vocab": "false", "tp_rank": "0", "pp_rank": "0", "dp_rank": ""})
-    share = registry.get_sample_value("eagle_probe_draft_vocab_coverage", {"tp_rank": "0", "pp_rank": "0",
-                                                                           "dp_rank": ""})
+                                        dict(RANK0, in_vocab="false"))
+    share = registry.get_sample_value("eagle_probe_draft_vocab_coverage", RANK0)
     assert (inside, outside) == (200, 100) and share == pytest.approx(2 / 3)
     clock.now = 2.0
     recorder.periodic.tick()
@@ -255,6 +254,8 @@ def test_part_silent_for_a_full_vocabulary_and_off_at_zero():
 # ------------------------------------------------------------------------------------------------ summarize
 
 from tests.unit.test_summarize_training import RANK, acceptance, healthy_run, summarize  # noqa: E402
+
+RANK0 = dict(tp_rank="0", pp_rank="0", dp_rank="", node_rank="", host="")  # the series labels of tp rank 0
 
 
 def coverage_event(in_vocab, total, map_kind="d2t", hot=32000, draft_vocab=32000, target_vocab=128256):

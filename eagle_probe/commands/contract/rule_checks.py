@@ -158,9 +158,12 @@ def takes_param(name):
     return test
 
 
-def calls_name(name):
+def calls_name(name, expected=True):
     def test(node):
-        return None if any(call_name(c) == name for c in calls(node)) else f"does not call {name}"
+        called = any(call_name(c) == name for c in calls(node))
+        if called == expected:
+            return None
+        return f"does not call {name}" if expected else f"calls {name}"
     return test
 
 

@@ -21,6 +21,7 @@ from .rule_checks import (assigns_result_field, aux_list_test, aux_packed_test, 
 DS = versions.DEEPSEEK_V2
 FORWARD_BATCH = "sglang.srt.model_executor.forward_batch_info"
 MODEL_RUNNER = "sglang.srt.model_executor.model_runner"
+HEALTH_MODULE = "sglang.srt.utils.common"  # launch_dummy_health_check_server: what node ranks >= 1 serve
 
 # Leading parameters (after self) each wrapper reads by position or name, keyed by patch target.
 # A target of ALL that is not listed here is checked for existence only (and says so).
@@ -131,6 +132,10 @@ def _rule_claims(rules: VersionRules) -> List[Claim]:
                                "the EAGLE-3 draft sizes fc by num_aux_hidden_states" if rules.draft_reads_num_aux
                                else "the EAGLE-3 draft sizes fc for 3 aux states (num_aux_hidden_states not read)"))
     out += draft_id_claims(KIMI_MODULE not in rules.absent_modules)
+    out.append(body_check(HEALTH_MODULE, "launch_dummy_health_check_server",
+                          "adds the Prometheus middleware under --enable-metrics (node ranks >= 1 serve /metrics)"
+                          if rules.other_nodes_serve_metrics else "serves no /metrics (node ranks >= 1)",
+                          calls_name("add_prometheus_middleware", rules.other_nodes_serve_metrics)))
     return out
 
 

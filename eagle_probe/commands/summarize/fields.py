@@ -110,10 +110,15 @@ OPT_SIGNATURE = (_optional(lambda v: isinstance(v, list) and len(v) <= MAX_POSIT
                            and all(_int(x) or isinstance(x, float) for x in v)),
                  f"a list of at most {MAX_POSITIONS} numbers, or null")
 
-COMMON = {"pid": OPT_INT, "tp_rank": OPT_INT, "pp_rank": OPT_INT, "dp_rank": OPT_INT, "timestamp": OPT_STR}
+OPT_LAUNCH = (_optional(lambda v: isinstance(v, dict) and _str(v.get("id")) and isinstance(v.get("args", {}), dict)),
+              "an object with a string id and an object of args, or null")
+
+COMMON = {"pid": OPT_INT, "tp_rank": OPT_INT, "pp_rank": OPT_INT, "dp_rank": OPT_INT, "timestamp": OPT_STR,
+          "node_rank": OPT_INT, "nnodes": OPT_INT, "host": OPT_STR}
 
 BY_EVENT = {
-    names.STARTED: {"sglang_version": OPT_STR, "rules": OPT_STR},
+    names.STARTED: {"sglang_version": OPT_STR, "rules": OPT_STR,
+                    "launch": OPT_LAUNCH},
     names.CAPTURE_CONFIGURED: {
         "role": OPT_STR, "caller": OPT_STR, "during_graph_setup": OPT_BOOL, "requested_ids": OPT_INTS,
         "layers_to_capture": OPT_INTS, "mapping": OPT_STR, "version_rule": OPT_STR, "slots": OPT_SLOTS},

@@ -226,6 +226,19 @@ def _training_section(training: dict) -> list:
     return out
 
 
+def _nodes_section(nodes: Optional[dict], notes: List[str]) -> List[str]:
+    """Ranks by node and what differs across nodes (summarize/nodes.py), when the logs hold several nodes."""
+    if not nodes or (len(nodes["nodes"]) < 2 and not notes):
+        return []
+    out = ["<h2>Nodes</h2>", _table(("node_rank", "host", "input", "tp_ranks", "pids", "drafts", "mean accept length",
+                                     "findings"), [
+        (n["node_rank"], ", ".join(n["hosts"]), ", ".join(n["inputs"]), n["tp_ranks"], n["pids"], n["drafts"],
+         _num(n["mean_accept_length"], 2), ", ".join(n["findings"]) or "none") for n in nodes["nodes"]])]
+    out += [f"<p class=\"finding\">DIFFERS: {_e(d)}</p>" for d in nodes["differences"]]
+    out += [f"<p class=\"error\">{_e(note)}</p>" for note in notes]
+    return out
+
+
 def render_html(report: dict, title: str = "eagle-probe report") -> str:
     parts = [
         "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">",
@@ -241,6 +254,7 @@ def render_html(report: dict, title: str = "eagle-probe report") -> str:
             (n.get("event"), ", ".join(f"{k}={v}" for k, v in n.items()
                                        if k not in ("event", "timestamp", "level", "logger")))
             for n in report["notices"]], "notices"))
+    parts += _nodes_section(report.get("nodes"), report.get("node_notices") or [])
     parts.append('<h2>Findings (all ranks)</h2>')
     if report["findings"]:
         parts.append(_table(("code", "severity", "count", "ranks", "first", "last", "message"), [
@@ -274,7 +288,8 @@ def render_html(report: dict, title: str = "eagle-probe report") -> str:
     parts += _training_section(report.get("training") or {})
     parts += _values_section(report.get("values") or {})
     for r in report["ranks"]:
-        parts.append(f"<h2>tp_rank {_e(r['tp_rank'])}, pp_rank {_e(r['pp_rank'])}, dp_rank {_e(r['dp_rank'])}, "
+        node = "" if r.get("node_rank") is None else f"node_rank {_e(r['node_rank'])} ({_e(r.get('host'))}), "
+        parts.append(f"<h2>{node}tp_rank {_e(r['tp_rank'])}, pp_rank {_e(r['pp_rank'])}, dp_rank {_e(r['dp_rank'])}, "
                      f"pid {_e(r['pid'])}</h2>")
         if r.get("sglang_version"):
             parts.append(f"<p>SGLang {_e(r['sglang_version'])}: {_e(r.get('rules'))}</p>")

@@ -10,10 +10,14 @@ from collections import Counter, defaultdict
 from ... import events as names
 from .causes import causes_section
 from .coverage import coverage_section, render_coverage_line
+from .nodes import nodes_section, render_nodes_text
+from .nodes import notices as node_notices
 from .slices import render_slices_text, slices_section
 from .training import find_accuracy, render_training_text, training_section
 from .values import render_values_text, values_section
 
+RANK_FIELDS = ("tp_rank", "tp_size", "pp_rank", "pp_size", "dp_rank", "attn_tp_rank", "attn_tp_size", "attn_dp_rank",
+               "attn_dp_size", "node_rank", "nnodes")
 NOTICE_EVENTS = (names.CONFIG_ERROR, names.UNSUPPORTED_VERSION, names.INTEGRATION_SKIPPED)
 
 
@@ -120,10 +124,11 @@ _LISTED = {names.CAPTURE_CONFIGURED: "capture", names.TARGET_FORWARD: "forwards"
            names.ACCEPTANCE: "acceptance"}
 
 
-def build_report(events: list, input_stats=None, draft_accuracy=None, draft_max_length=None) -> dict:
+def build_report(events: list, input_stats=None, draft_accuracy=None, draft_max_length=None, inputs=None) -> dict:
     """input_stats: LogReader.stats(), the lines read and skipped (shown as the report's input section);
     draft_accuracy: summarize's --draft-accuracy (one number or per-position numbers; else read from the logs);
-    draft_max_length: summarize's --draft-max-length (else the trained length the draft.loaded event states)."""
+    draft_max_length: summarize's --draft-max-length (else the trained length the draft.loaded event states);
+    inputs: nodes.describe_input of each path given (several nodes' directories), for the nodes section."""
     raw = defaultdict(lambda: {"started": None, "capture": [], "forwards": [], "draft": [], "findings": [],
                                "summary": None, "errors": [], "acceptance": []})
     notices = []
@@ -152,8 +157,11 @@ def build_report(events: list, input_stats=None, draft_accuracy=None, draft_max_
         paths = Counter()
         for f in mix:
             paths[f.get("path") + ("+tbo" if f.get("tbo") else "")] += f.get("count") or 0
+        where = entry["started"] or next((e for lst in (entry["capture"], entry["forwards"], entry["acceptance"])
+                                          for e in lst), {})
         ranks.append({
             "tp_rank": key[0], "pp_rank": key[1], "dp_rank": key[2], "pid": key[3],
+            "node_rank": where.get("node_rank"), "host": where.get("host"),
             "sglang_version": (entry["started"] or {}).get("sglang_version"),
             "rules": (entry["started"] or {}).get("rules"),
             "capture": entry["capture"], "forwards": _distinct_forwards(entry["forwards"]), "draft": entry["draft"],
@@ -183,6 +191,9 @@ def build_report(events: list, input_stats=None, draft_accuracy=None, draft_max_
         _add_rank_findings(ranks, raw, causes["findings"])
         report["findings"] = _group_findings(all_findings + training["findings"]
                                              + report["acceptance_slices"]["findings"] + causes["findings"])
+    inputs = inputs or []
+    report["nodes"] = nodes_section(ranks, inputs)
+    report["node_notices"] = node_notices(inputs)
     return report
 
 
@@ -215,10 +226,14 @@ def render_text(report: dict) -> str:
     for notice in report["notices"]:
         out.append(f"! {notice['event']}: " + ", ".join(f"{k}={v}" for k, v in notice.items()
                                                          if k not in ("event", "timestamp", "level", "logger")))
+    if report.get("nodes"):
+        out += render_nodes_text(report["nodes"], report.get("node_notices") or [])
     if not report["ranks"]:
         out.append("No probe events found.")
     for rank in report["ranks"]:
-        out.append(f"== tp_rank={rank['tp_rank']} pp_rank={rank['pp_rank']} dp_rank={rank['dp_rank']} pid={rank['pid']}"
+        node = "" if rank.get("node_rank") is None else f"node_rank={rank['node_rank']} "
+        out.append(f"== {node}tp_rank={rank['tp_rank']} pp_rank={rank['pp_rank']} dp_rank={rank['dp_rank']} "
+                   f"pid={rank['pid']}" + (f" host {rank['host']}" if rank.get("host") else "")
                    + (f" sglang {rank['sglang_version']}" if rank["sglang_version"] else ""))
         for cfg in rank["capture"]:
             setup = " (during CUDA-graph set-up)" if cfg.get("during_graph_setup") else ""
@@ -237,7 +252,7 @@ def render_text(report: dict) -> str:
                        + (f" ERROR {fwd['error']}" if fwd.get("error") else ""))
         for ev in rank["draft"]:
             fields = ", ".join(f"{k}={v}" for k, v in ev.items() if k not in (
-                "event", "timestamp", "level", "logger", "pid", "tp_rank", "tp_size", "pp_rank", "dp_rank"))
+                "event", "timestamp", "level", "logger", "pid", "host", *RANK_FIELDS))
             out.append(f"  {ev['event'].split('.', 1)[1]}: {fields}")
         if rank["path_mix"]:
             counts = ", ".join(f"{f.get('role')}/{f.get('mode')}/{f.get('path')}{'/tbo' if f.get('tbo') else ''}: "

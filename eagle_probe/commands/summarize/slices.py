@@ -63,7 +63,54 @@ def slices_section(events: list) -> dict:
                 "code": finding.code, "severity": finding.severity, "message": finding.message,
                 "evidence": finding.evidence_dict(), "role": "target", "tp_rank": key[0], "pp_rank": key[1],
                 "dp_rank": key[2], "pid": key[3], "timestamp": event.get("timestamp"), "event": names.FINDING})
+    _add_dp_ranks(section, last)
     return section
+
+
+def _dp_place(event: dict):
+    """The data-parallel rank of a process: the controller's dp_rank, else its attention-DP rank."""
+    if event.get("dp_rank") is not None:
+        return event["dp_rank"]
+    if isinstance(event.get("attn_dp_size"), int) and event["attn_dp_size"] > 1:
+        return event.get("attn_dp_rank")
+    return None
+
+
+def dp_rank_slices(last: dict) -> tuple:
+    """({"dp_rank": {rank: {request_steps, accepted}}}, {rank: the process key counted}, positions): each DP rank's
+    verify totals from one of its processes (the lowest tp_rank: a DP rank's TP ranks verify the same steps)."""
+    chosen = {}
+    for key, event in last.items():
+        place = _dp_place(event)
+        if place is None or not isinstance(event["slices"].get("step"), dict):
+            continue
+        if place not in chosen or str(key[0]) < str(chosen[place][0][0]):
+            chosen[place] = (key, event)
+    buckets, positions = {}, 0
+    for place, (key, event) in chosen.items():
+        counts = [c for c in event["slices"]["step"].values() if S._sane(c)]
+        width = max((len(c["accepted"]) for c in counts), default=0)
+        positions = max(positions, width)
+        buckets[str(place)] = {"request_steps": sum(c["request_steps"] for c in counts),
+                               "accepted": [sum(S._at(c["accepted"], k) for c in counts) for k in range(width)]}
+    return {S.DP_RANK: buckets}, {str(p): kv[0] for p, kv in chosen.items()}, positions
+
+
+def _add_dp_ranks(section: dict, last: dict):
+    """acceptance_slice_low with dimension dp_rank: a DP rank below the other DP ranks beyond chance (the same test
+    as the slices, across ranks instead of within one)."""
+    slices, keys, positions = dp_rank_slices(last)
+    if len(slices[S.DP_RANK]) < 2:
+        return
+    section["dp_ranks"] = {"slices": _slice_rows(slices)[S.DP_RANK], "positions": positions,
+                           "low": S.worst_per_slice(S.low_slices(slices, positions))}
+    for item in section["dp_ranks"]["low"]:
+        key = keys[item["bucket"]]
+        finding = S.slice_low_finding(item, positions)
+        section["findings"].append({
+            "code": finding.code, "severity": finding.severity, "message": finding.message,
+            "evidence": finding.evidence_dict(), "role": "target", "tp_rank": key[0], "pp_rank": key[1],
+            "dp_rank": key[2], "pid": key[3], "timestamp": last[key].get("timestamp"), "event": names.FINDING})
 
 
 def render_slices_text(section: dict) -> List[str]:
@@ -87,5 +134,16 @@ def render_slices_text(section: dict) -> List[str]:
                        f"{item['rate']:.3f} over {item['request_steps']} request-steps vs {item['rest_rate']:.3f} "
                        f"over {item['rest_request_steps']} in the rest of {item['dimension']} "
                        f"(p={item['p_value']:.2g}, {item['tests']} tests; final counts)")
+    dp = section.get("dp_ranks")
+    if dp:
+        def rates(row):
+            return "/".join("n/a" if r is None else f"{r:.2f}" for r in row["per_position_rate"])
+
+        cells = [f"{b}: {rates(row)} (n={row['request_steps']})" for b, row in dp["slices"].items()]
+        out.append("  by data-parallel rank: " + "; ".join(cells))
+        for item in dp["low"]:
+            out.append(f"    LOW dp_rank={item['bucket']} at position {item['position']}: {item['rate']:.3f} over "
+                       f"{item['request_steps']} request-steps vs {item['rest_rate']:.3f} over "
+                       f"{item['rest_request_steps']} on the other DP ranks (p={item['p_value']:.2g})")
     out.append(f"  test: {section['test']}")
     return out

@@ -43,6 +43,17 @@ def fingerprint_table(prints) -> List[dict]:
     return [rows[k] for k in sorted(rows, key=lambda k: tuple("" if v is None else str(v) for v in k))]
 
 
+def rank_nodes(events) -> dict:
+    """{tp_rank: "node_rank N (host H)"} when the events come from more than one node, else {}."""
+    where = {}
+    for e in events:
+        if e.get("tp_rank") is not None and e.get("node_rank") is not None:
+            where.setdefault(e["tp_rank"], (e["node_rank"], e.get("host")))
+    if len({node for node, _ in where.values()}) < 2:
+        return {}
+    return {rank: f"node_rank {node}" + (f" (host {host})" if host else "") for rank, (node, host) in where.items()}
+
+
 def divergence(prints) -> dict:
     """{"compared": steps x slots compared, "not_compared": [reasons], "findings": [Finding]} across tp ranks."""
     groups = defaultdict(dict)  # (pp, dp, role, step, slot) -> {tp_rank: event}
@@ -52,6 +63,7 @@ def divergence(prints) -> dict:
         key = (e.get("pp_rank"), e.get("dp_rank"), e.get("role"), e["step"], e["slot"])
         groups[key].setdefault(e["tp_rank"], e)
     compared, skipped, findings, reported = 0, set(), [], set()
+    nodes = rank_nodes(prints)
     dp_ranks = {e.get("dp_rank") for e in prints if e.get("dp_rank") is not None}
     if len(dp_ranks) > 1:
         skipped.add("ranks of different dp_rank (attention data parallelism) hold different tokens: compared only "
@@ -70,7 +82,7 @@ def divergence(prints) -> dict:
         label = next(iter(by_rank.values())).get("label") or f"slot {slot}"
         findings.append(tp_rank_divergence_finding(
             role, slot, label, step, disagreement["ranks"], disagreement["rms_spread"],
-            disagreement["lowest_signature_cosine"], PLAIN_TP, disagreement["rms"]))
+            disagreement["lowest_signature_cosine"], PLAIN_TP, disagreement["rms"], nodes))
     return {"compared": compared, "not_compared": sorted(skipped), "findings": findings}
 
 

@@ -19,12 +19,19 @@ def log_file_path(log_dir: str) -> str:
     return os.path.join(log_dir, f"eagle-probe-{socket.gethostname()}-{os.getpid()}.jsonl")
 
 
+def _host() -> str:
+    try:
+        return socket.gethostname()
+    except Exception:
+        return ""
+
+
 class LogSink:
     def __init__(self, level: str = "info", log_dir: Optional[str] = None, stream=None):
         self._level = level
         self._log_dir = None if stream is not None else log_dir
         self._stream = stream
-        self._context = {"logger": "eagle_probe"}
+        self._context = {"logger": "eagle_probe", "host": _host()}  # every line names its host, ranks or not
         self._logger = None
         self.path = None
 

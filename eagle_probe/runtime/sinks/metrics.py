@@ -8,20 +8,27 @@ import os
 from typing import Optional
 
 from ...analysis.findings import Finding
-from ...observations import Ranks, TargetForward
+from ...observations import RANK_LABELS, Ranks, TargetForward
 from ..values.dumps import STOP_REASONS
-from .multiprocess import GAUGE_MULTIPROCESS_MODE, mark_self_dead, remove_dead_process_gauges, serves_sglang_http
+from . import endpoint
+from .endpoint import series_endpoint
+from .multiprocess import GAUGE_MULTIPROCESS_MODE, mark_self_dead, remove_dead_process_gauges
 
-RANK_LABELS = ("tp_rank", "pp_rank", "dp_rank")
 
 class MetricsSink:
-    def __init__(self, ranks: Ranks, metrics_port: Optional[int] = None, registry=None, addr: str = "127.0.0.1"):
+    def __init__(self, ranks: Ranks, metrics_port: Optional[int] = None, registry=None, addr: str = "127.0.0.1",
+                 node_served: bool = True):
+        """node_served: SGLang's /metrics on this node serves the multiprocess directory (sinks/endpoint.py)."""
         import prometheus_client as prom
 
         self.multiprocess = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
+        self.endpoint = series_endpoint(self.multiprocess, metrics_port, node_served)
         self._rank = ranks.labels()
+        self._sizes = ranks.sizes()
         self.port = None
         self.addr = None
+        if registry is None and self.endpoint == endpoint.EXPORTER:
+            registry = prom.CollectorRegistry()  # the exporter serves the probe's series, never SGLang's
         kw = {} if registry is None else {"registry": registry}
         self.registry_kw = kw  # for series other modules add (sinks/slice_metrics.py)
         self._label_names = {}
@@ -36,8 +43,9 @@ class MetricsSink:
             self._label_names[id(metric)] = labels
             return metric
 
-        self.info = gauge("eagle_probe_info", "Probe and SGLang versions in this process (value 1).",
-                          ("probe_version", "sglang_version", "rules"))
+        self.info = gauge("eagle_probe_info", "Probe and SGLang versions in this process, and its group widths and "
+                          "attention places (value 1).",
+                          ("probe_version", "sglang_version", "rules") + tuple(self._sizes))
         self.forwards = counter("eagle_probe_target_forwards_total",
                                 "Python-level forwards of the target's inner model (DeepseekV2Model, LlamaModel, ...; "
                                 "eager steps and CUDA-graph capture runs).",
@@ -106,13 +114,12 @@ class MetricsSink:
 
             atexit.register(mark_self_dead, path, os.getpid())
             remove_dead_process_gauges(path)
-        if metrics_port is not None and (not self.multiprocess or not serves_sglang_http()):
-            # Own exporter only when SGLang's /metrics does not serve us: without --enable-metrics, and on the
-            # nodes of a multi-node launch other than node 0. One port per TP rank; in multiprocess mode it
-            # serves this process's own values (the registry reads them from this pid's files).
+        if self.endpoint == endpoint.EXPORTER:
+            # One port per TP rank; in multiprocess mode it serves this process's own values (the registry's metrics
+            # read them from this pid's files).
             self.port = metrics_port + (ranks.tp_rank or 0)
             self.addr = addr
-            prom.start_http_server(self.port, addr=addr, **kw)
+            prom.start_http_server(self.port, addr=addr, registry=registry)
 
     def _child(self, metric, *values):
         key = (id(metric),) + values
@@ -124,7 +131,7 @@ class MetricsSink:
         return child
 
     def set_info(self, probe_version: str, sglang_version: str, rules: str):
-        self._child(self.info, probe_version, sglang_version, rules).set(1)
+        self._child(self.info, probe_version, sglang_version, rules, *self._sizes.values()).set(1)
 
     # Counted values arrive at a flush, as (labels, amount added since the last flush). Every series is resolved
     # before the first one is increased: a call that fails (a new series cannot be created) adds nothing, and the

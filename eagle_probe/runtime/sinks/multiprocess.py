@@ -1,11 +1,8 @@
-"""Prometheus multiprocess mode beside SGLang's: gauges of dead processes dropped, this process marked dead at exit,
-and whether this node serves SGLang's own /metrics (where the probe's series then appear)."""
+"""Prometheus multiprocess mode beside SGLang's: gauges of dead processes dropped, this process marked dead at exit.
+Where the series are served: sinks/endpoint.py."""
 
 import os
 import re
-import sys
-
-from ..context import sglang_context
 
 # Gauges in multiprocess mode: the rank labels already make each series one rank's, so "most recent write"
 # gives one value per rank (not one per pid, as "all" would); "live" drops a process's values once it is
@@ -49,16 +46,3 @@ def mark_self_dead(path: str, pid: int):
         multiprocess.mark_process_dead(pid, path)
     except Exception:
         pass
-
-
-def serves_sglang_http() -> bool:
-    """Whether this process's node runs SGLang's HTTP server (and so its /metrics under --enable-metrics).
-    In a multi-node launch only node_rank 0 does; the others run schedulers only."""
-    node_rank = getattr(sglang_context.parallel(), "node_rank", None)
-    if isinstance(node_rank, int):
-        return node_rank == 0
-    try:  # releases before runtime_context (0.5.8)
-        server_args = sys.modules["sglang.srt.server_args"].get_global_server_args()
-        return int(getattr(server_args, "node_rank", 0) or 0) == 0
-    except Exception:
-        return True
