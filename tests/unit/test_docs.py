@@ -26,7 +26,12 @@ def _gen_docs():
 
 
 def test_generated_reference_pages_are_up_to_date():
-    assert _gen_docs().stale() == [], "run: .venv/bin/python tools/gen_docs.py"
+    # In a fresh interpreter: other tests of the session change process-wide tables (e.g. families found in a
+    # loaded SGLang), which a page generated in this process would pick up (seen once in a whole-suite run).
+    root = pathlib.Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, str(root / "tools" / "gen_docs.py"), "--check"], cwd=root,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, f"run: .venv/bin/python tools/gen_docs.py\n{done.stdout}{done.stderr}"
 
 
 def test_a_changed_table_makes_its_page_stale(tmp_path):
