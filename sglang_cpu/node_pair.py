@@ -63,7 +63,7 @@ def stop_pair(servers, grace=None):
 
     import psutil
 
-    from sglang_cpu.server import STOP_GRACE_S
+    from sglang_cpu.server import STOP_GRACE_S, _pgid_alive
 
     grace = STOP_GRACE_S if grace is None else grace
     schedulers = [_schedulers(server.proc.pid) for server in servers]
@@ -79,7 +79,7 @@ def stop_pair(servers, grace=None):
         for i, server in enumerate(servers):
             if ended[i]["scheduler"] is None and not any(_running(p, psutil) for p in schedulers[i]):
                 ended[i]["scheduler"] = now
-            if ended[i]["group"] is None and server.proc.poll() is not None and not _group_alive(server.proc.pid):
+            if ended[i]["group"] is None and server.proc.poll() is not None and not _pgid_alive(server.proc.pid):
                 ended[i]["group"] = now
         time.sleep(0.05)
     for server in servers:
@@ -105,13 +105,3 @@ def _running(process, psutil):
         return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
-
-
-def _group_alive(pgid):
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
