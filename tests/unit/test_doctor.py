@@ -183,7 +183,7 @@ def test_num_aux_and_norms_ignored_by_0_5_8(tmp_path, capsys):
 
 def test_draft_config_ignored_predicted_per_release(tmp_path, capsys):
     """norm_before_fc is read from 0.5.17 on; norm_before_residual by no release; the same config on 0.5.23 names
-    only the latter (what the running probe names at load, tests/real_sglang/test_draft_config_keys.py)."""
+    only the latter (what the running probe names at load, tests/real_sglang/test_draft_config_loader.py)."""
     draft = eagle3_draft(tmp_path, ids=(1, 30, 58), norm_before_fc=True, norm_before_residual=True)
     _, old, _ = doctor(capsys, "--target", kimi_target(tmp_path), "--draft", draft, "--sglang-version", "0.5.16")
     _, new, _ = doctor(capsys, "--target", kimi_target(tmp_path, name="t2"), "--draft", draft,
