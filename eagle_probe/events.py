@@ -83,7 +83,9 @@ CATALOGUE = {
                            "(rms by 20 %, signature cosine under 0.9)", (
         "role: target, the aux states returned; draft, its input on target-fed forwards", "slot", "capture_index",
         "hf_index", "label", "mode", "step: the model's forward count in this process, equal across TP ranks",
-        "tokens", "width", "rms", "mean", "absmax", "nonfinite", "signature: 32 numbers")),
+        "tokens", "width", "rms", "mean", "absmax", "nonfinite", "signature: 32 numbers",
+        "source: worker (the states the target handed the EAGLE worker, on every path, graphs included; step: the "
+        "worker's count of target forwards) or forward (the inner model forward's, eager forwards only)")),
     DUMP_WRITTEN: Event("a dump file is complete", ("path", "bytes")),
     DUMP_STOPPED: Event("dumps stop for good in this process (once)", (
         "reason: cap, full, file_size_limit, unwritable, error", "error", "directory", "message")),
