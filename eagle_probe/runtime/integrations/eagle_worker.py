@@ -10,14 +10,14 @@ exception inside a wrapper is counted as an internal error and the worker's meth
 
 import inspect
 
+from ... import versions
 from ..patcher import Integration, PatchTarget
 from ..state import STATE
 from ..values import boundary
 from ..values.boundary import Handoff
 
-WORKER_MODULE = "sglang.srt.speculative.eagle_worker_v2"
-PREFILL_HOOK = "EagleDraftWorker._draft_extend_for_prefill"
-DECODE_HOOK = "EagleDraftWorker._draft_extend_for_decode"
+WORKER_MODULE = versions.WORKER_MODULE
+PREFILL_HOOK, DECODE_HOOK = versions.WORKER_PREFILL_HOOK, versions.WORKER_DECODE_HOOK
 # Leading parameters (after self) the wrappers read by position: what the contract check proves per release.
 PREFILL_PARAMS = ("batch", "target_hidden_states")
 DECODE_PARAMS = ("batch", "batch_result")

@@ -42,6 +42,10 @@ class MetricsSink:
                                 "Python-level forwards of the target's inner model (DeepseekV2Model, LlamaModel, ...; "
                                 "eager steps and CUDA-graph capture runs).",
                                 ("role", "mode", "path", "tbo"))
+        self.model_forwards = counter("eagle_probe_model_forwards_total", "ModelRunner.forward calls (target and "
+                                      "draft) on every path, CUDA graphs included, by path (eager, graph_replay, "
+                                      "graph_capture) and the graph runner that replayed it (none when eager).",
+                                      ("role", "mode", "path", "graph"))
         self.layer_info = gauge("eagle_probe_capture_layer_info",
                                 "Configured aux capture slots (1 = current, 0 = replaced).",
                                 ("role", "slot", "capture_index", "hf_index", "label"))
@@ -135,6 +139,9 @@ class MetricsSink:
 
     def add_forwards(self, items):
         self._add(self.forwards, items)
+
+    def add_model_forwards(self, items):
+        self._add(self.model_forwards, items)
 
     def add_lost(self, items):
         self._add(self.lost, items)
