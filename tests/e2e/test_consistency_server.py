@@ -30,8 +30,8 @@ from eagle_probe.commands.dump_files import read_dump, wait_until_written
 from eagle_probe.versions import installed_sglang_version
 from sglang_cpu.draft_models import build_case
 
-from .conftest import (counts_delta, internal_errors, probe_events, settled_probe_counts, sglang_spec_counts,
-                       start_spec_server)
+from .conftest import (counts_delta, internal_errors, metric_samples, probe_events, settled_probe_counts,
+                       sglang_spec_counts, start_spec_server)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CLEAN_PROMPTS = (([10, 11, 12, 13, 14, 15], 10), ([7, 3, 99, 120, 5, 6, 200, 31], 10))
@@ -99,6 +99,13 @@ def test_clean_server_no_false_alarm_then_shifted_verify_rows_named(served):
     assert metas_of_files and all(m["source"] == "worker" and not m["final_hidden_state"] for m in metas_of_files)
     assert {m["mode"] for m in metas_of_files} == {"EXTEND", "TARGET_VERIFY"}
     assert internal_errors(server.metrics_text()) == {}
+    # the start-up statement says what is not seen, and why; forward counts still come from the model runner
+    [said] = probe_events(log_dir, "eagle_probe.observability")
+    assert said["settings"]["inner_forward_replaced"] is True and said["settings"]["worker_boundary"] is True
+    live = {o["what"].split(":")[0].split(",")[0]: o for o in said["observations"]}
+    assert live["values"]["live"] and not live["all-layer dumps"]["live"]
+    assert "replaced on the instance" in live["all-layer dumps"]["why"] and "all-layer dumps" in said["message"]
+    assert metric_samples(server.metrics_text(), "eagle_probe_model_forwards_total")
     clean = read_verify_rows(dumps)
     assert clean.dumps >= 8 and clean.unknown == 0  # every dumped request's step was resolved and matched
     assert any(len(rows.positions) >= 1 and len(rows.tokens) > len(rows.positions) for rows in clean.rows)

@@ -20,9 +20,10 @@ from eagle_probe.commands.dump_files import read_dump, wait_until_written
 from eagle_probe.dump_format import AUX, FINAL, INPUT_IDS, META_KEY, POSITIONS
 from sglang_cpu.draft_models import build_case
 
-from .conftest import internal_errors, probe_events, start_spec_server
+from .conftest import internal_errors, metric_samples, probe_events, start_spec_server
 
 PROMPTS = (([10, 11, 12, 13, 14, 15], 8), ([7, 3, 99, 120, 5, 6, 200, 31], 8))
+ALONE = ([40, 41, 42, 43, 44], 9)
 
 
 @pytest.fixture(scope="module")
@@ -39,9 +40,12 @@ def both(tmp_path_factory):
             outs = list(pool.map(lambda p: server.generate_raw(p[0], max_new_tokens=p[1]), PROMPTS))
         assert wait_until_written(dumps)
         metrics = server.flushed_metrics_text()
+        alone = server.generate_raw(*ALONE)  # one request alone: its forwards are SGLang's steps of it
+        after = server.flushed_metrics_text()
     finally:
         server.stop()
-    return dict(root=root, dumps=dumps, outs=outs, metrics=metrics, log_dir=os.path.join(root, "probe-both"))
+    return dict(root=root, dumps=dumps, outs=outs, metrics=metrics, log_dir=os.path.join(root, "probe-both"),
+                alone=alone["meta_info"], after=after)
 
 
 def _prints(log_dir, source):
@@ -110,3 +114,30 @@ def test_worker_dumps_equal_the_inner_forwards_tensor_for_tensor(both):
 
 def test_no_internal_error(both):
     assert internal_errors(both["metrics"]) == {}
+
+
+def _model_forwards(text):
+    return {(labels["role"], labels["mode"], labels["path"], labels["graph"]): value
+            for labels, value in metric_samples(text, "eagle_probe_model_forwards_total")}
+
+
+def test_model_runner_forward_counts_equal_sglangs_steps(both):
+    before, after = _model_forwards(both["metrics"]), _model_forwards(both["after"])
+    added = {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0)}
+    # eager on the CPU, every one: one prefill, then one verify forward per verify step SGLang counted
+    assert added[("target", "EXTEND", "eager", "none")] == 1
+    assert added[("target", "TARGET_VERIFY", "eager", "none")] == both["alone"]["spec_verify_ct"]
+    assert {path for _, _, path, _ in after} == {"eager"}
+    # the draft's forwards run through its own model runner too: one extend per target forward
+    drafted = sum(v for (role, mode, _, _), v in added.items() if role == "draft" and "EXTEND" in mode)
+    assert drafted == 1 + both["alone"]["spec_verify_ct"]
+
+
+def test_start_up_statement_says_everything_is_seen_in_eager_mode(both):
+    [statement] = [e for e in probe_events(both["log_dir"], "eagle_probe.observability") if e.get("tp_rank") == 0]
+    settings = statement["settings"]
+    assert settings["decode_graph"] is None and settings["prefill_graph"] is None
+    assert settings["worker_boundary"] is True and settings["inner_forward_replaced"] is False
+    assert settings["overlap_schedule"] is False  # SGLang forces synchronous spec v2 on the CPU
+    assert all(o["live"] for o in statement["observations"]), statement
+    assert statement["observations"][0]["source"].startswith("EAGLE worker boundary")

@@ -23,19 +23,35 @@ def _inner(runner):
     return getattr(model, "model", None)
 
 
+class _Resolved:
+    """Server args as SGLang resolved them (0.5.23 resolves some at start-up, e.g. the overlap scheduler off for
+    speculative decoding on the CPU: ServerArgs.resolved_dict); older releases hold the final values as fields."""
+
+    def __init__(self, args):
+        self._args = args
+        try:
+            self._values = args.resolved_dict() if hasattr(args, "resolved_dict") else {}
+        except Exception:  # a release whose resolution reads something not there: the fields
+            self._values = {}
+
+    def get(self, name, default=None):
+        if name in self._values:
+            return self._values[name]
+        return getattr(self._args, name, default)
+
+
 def settings(runner) -> dict:
     """The settings that decide what runs as Python, read from SGLang's objects."""
-    args = getattr(runner, "server_args", None)
-    attn_dp = getattr(args, "attn_dp_size", None)
+    args = _Resolved(getattr(runner, "server_args", None))
+    attn_dp = args.get("attn_dp_size")
     inner = _inner(runner)
     return {
         "decode_graph": _graph_name(getattr(runner, "decode_cuda_graph_runner", None)),
         "prefill_graph": _graph_name(getattr(runner, "prefill_cuda_graph_runner", None)),
-        "torch_compile": bool(getattr(args, "enable_torch_compile", False)
-                              or getattr(args, "enable_piecewise_cuda_graph", False)),
-        "overlap_schedule": not bool(getattr(args, "disable_overlap_schedule", True)),
-        "dp_attention": bool(attn_dp > 1) if isinstance(attn_dp, int) else bool(getattr(args, "enable_dp_attention",
-                                                                                          False)),
+        "torch_compile": bool(args.get("enable_torch_compile", False)
+                              or args.get("enable_piecewise_cuda_graph", False)),  # the latter: before 0.5.23
+        "overlap_schedule": not bool(args.get("disable_overlap_schedule", True)),
+        "dp_attention": bool(attn_dp > 1) if isinstance(attn_dp, int) else bool(args.get("enable_dp_attention", False)),
         "inner_forward_replaced": inner is not None and "forward" in vars(inner),
         "inner_forward_wrapped": STATE.inner_forward,
         "worker_boundary": boundary.LIVE[0],
