@@ -90,7 +90,7 @@ def test_worker_boundary_reductions_on_a_replayed_output_never_sync():
     sampler = FingerprintSampler(0.001)
     sampler.inline = False  # read below, as the flush thread does
     handoff = boundary.Handoff("TARGET_VERIFY", aux, torch.arange(TOKENS, device="cuda"),
-                               torch.arange(TOKENS, device="cuda"), TOKENS, ["r"], None, None, (1, 2, 3), 4, "Inner")
+                               torch.arange(TOKENS, device="cuda"), TOKENS, (), None, None, (1, 2, 3), 4, "Inner")
     torch.cuda.set_sync_debug_mode("error")
     try:
         boundary.sample(sampler, None, handoff, step=1)

@@ -9,6 +9,7 @@ exception inside a wrapper is counted as an internal error and the worker's meth
 """
 
 import inspect
+import time
 
 from ... import versions
 from ..patcher import Integration, PatchTarget
@@ -21,6 +22,7 @@ PREFILL_HOOK, DECODE_HOOK = versions.WORKER_PREFILL_HOOK, versions.WORKER_DECODE
 # Leading parameters (after self) the wrappers read by position: what the contract check proves per release.
 PREFILL_PARAMS = ("batch", "target_hidden_states")
 DECODE_PARAMS = ("batch", "batch_result")
+_wall = time.time  # the sampler's clock
 _STATIC = "_eagle_probe_worker"  # the worker's own attribute holding its _WorkerStatic
 
 
@@ -93,12 +95,13 @@ def _prefill_handoff(worker, args, kwargs):
     static = _static(worker)
     if static.inner is None:
         return None, None
+    static.forwards += 1
+    if not _wanted():
+        return None, None
     lens, prefix = list(batch.extend_lens), list(batch.prefix_lens)
     rows = min(sum(lens), aux.shape[0])
-    static.forwards += 1
-    handoff = Handoff("EXTEND", aux, batch.input_ids, lambda: _host_positions(prefix, lens), rows,
-                      [req.rid for req in batch.reqs], lens, prefix, tuple(static.inner.layers_to_capture),
-                      static.num_layers, static.model_class)
+    handoff = Handoff("EXTEND", aux, batch.input_ids, lambda: _host_positions(prefix, lens), rows, batch.reqs, lens,
+                      prefix, tuple(static.inner.layers_to_capture), static.num_layers, static.model_class)
     return static, handoff
 
 
@@ -112,19 +115,38 @@ def _decode_handoff(worker, args, kwargs):
     static = _static(worker)
     if static.inner is None:
         return None, None
+    static.forwards += 1
+    if not _wanted():
+        return None, None
     rows = aux.shape[0]
-    per = rows // len(batch.reqs)
+    handoff = Handoff("TARGET_VERIFY", aux, batch.input_ids, lambda: _verify_positions(batch, rows), rows,
+                      batch.reqs, None, None, tuple(static.inner.layers_to_capture), static.num_layers,
+                      static.model_class)
+    return static, handoff
+
+
+def _verify_positions(batch, rows):
+    """The verify rows' positions: the verify input's own (a device tensor), else from the committed lengths."""
     spec = batch.spec_info
     positions = getattr(spec, "positions", None)
-    if positions is None or positions.shape[0] != rows:
-        host = getattr(spec, "seq_lens_cpu", None)
-        host = batch.seq_lens_cpu if host is None else host
-        seq_lens = host.tolist()  # a host tensor SGLang keeps beside the device one
-        positions = _host_positions(seq_lens, [per] * len(seq_lens))
-    static.forwards += 1
-    handoff = Handoff("TARGET_VERIFY", aux, batch.input_ids, positions, rows, [req.rid for req in batch.reqs],
-                      None, None, tuple(static.inner.layers_to_capture), static.num_layers, static.model_class)
-    return static, handoff
+    if positions is not None and positions.shape[0] == rows:
+        return positions
+    host = getattr(spec, "seq_lens_cpu", None)
+    host = batch.seq_lens_cpu if host is None else host
+    seq_lens = host.tolist()  # a host tensor SGLang keeps beside the device one
+    return _host_positions(seq_lens, [rows // len(seq_lens)] * len(seq_lens))
+
+
+def _wanted() -> bool:
+    """Whether this hand-off is read at all: dumps are on (the planner counts every forward), or a fingerprint is due
+    (one clock read and a comparison), or finished fingerprints wait to be read on this thread. Otherwise the hand-off
+    only counts: no per-request work on the step."""
+    recorder = STATE.recorder
+    if recorder.dumps is not None and recorder.dumps.worker_planner is not None:
+        return True
+    sampler = recorder.fingerprints
+    return sampler is not None and (_wall() >= sampler.due_cell(boundary.WORKER)[0]
+                                    or (sampler.inline and bool(sampler.pending)))
 
 
 def _observe(static, handoff):
@@ -138,10 +160,7 @@ def _observe(static, handoff):
     planner = recorder.dumps.worker_planner if recorder.dumps is not None else None
     if planner is not None:
         try:
-            if callable(handoff.positions):
-                handoff.positions = handoff.positions() if handoff.mode in planner.modes else None
-            if handoff.positions is not None:
-                boundary.submit_dump(recorder, planner, handoff, static.forwards)
+            boundary.submit_dump(recorder, planner, handoff, static.forwards)
         except Exception as exc:
             STATE.report_error("worker.dump", exc)
 

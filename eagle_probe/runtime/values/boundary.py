@@ -50,13 +50,14 @@ def inner_values_on() -> bool:
 class Handoff:
     """One target forward's hand-off, read from the worker's arguments before it runs the draft."""
 
-    __slots__ = ("mode", "aux", "input_ids", "positions", "rows", "req_ids", "seq_lens", "prefix_lens",
+    __slots__ = ("mode", "aux", "input_ids", "positions", "rows", "reqs", "seq_lens", "prefix_lens",
                  "layers", "num_layers", "model_class")
 
-    def __init__(self, mode, aux, input_ids, positions, rows, req_ids, seq_lens, prefix_lens, layers, num_layers,
+    def __init__(self, mode, aux, input_ids, positions, rows, reqs, seq_lens, prefix_lens, layers, num_layers,
                  model_class):
+        # positions: a tensor, or a callable making it (only for a dumped forward); reqs: SGLang's Req list
         self.mode, self.aux, self.input_ids, self.positions, self.rows = mode, aux, input_ids, positions, rows
-        self.req_ids, self.seq_lens, self.prefix_lens = req_ids, seq_lens, prefix_lens
+        self.reqs, self.seq_lens, self.prefix_lens = reqs, seq_lens, prefix_lens
         self.layers, self.num_layers, self.model_class = layers, num_layers, model_class
 
 
@@ -118,11 +119,12 @@ def submit_dump(recorder, planner, handoff: Handoff, step: int) -> None:
     if plan is None or not plan.write:
         return
     rows = handoff.rows
-    req_ids = handoff.req_ids if handoff.mode == VERIFY_MODE else None
+    req_ids = [req.rid for req in handoff.reqs] if handoff.mode == VERIFY_MODE else None
     if handoff.mode == VERIFY_MODE and (not req_ids or rows % len(req_ids) or len(dumps.waiting) >= MAX_WAITING):
         dumps.skipped("verify_unmatched")
         return
-    tensors = {AUX: handoff.aux[:rows], INPUT_IDS: handoff.input_ids[:rows], POSITIONS: handoff.positions[:rows]}
+    positions = handoff.positions() if callable(handoff.positions) else handoff.positions
+    tensors = {AUX: handoff.aux[:rows], INPUT_IDS: handoff.input_ids[:rows], POSITIONS: positions[:rows]}
     if final is not None:
         tensors[FINAL] = final
     for name, values in ((SEQ_LENS, handoff.seq_lens), (PREFIX_LENS, handoff.prefix_lens)):
