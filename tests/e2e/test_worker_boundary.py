@@ -67,6 +67,8 @@ def test_worker_fingerprints_equal_the_inner_forwards_bit_for_bit(both):
             assert value in forward.get(key, ()), (key, value)  # the same numbers, exactly, for this slot
             matched += 1
     assert matched >= 3 * 6
+    print(f"{matched} worker slot fingerprints, each equal to an inner forward's; {sum(map(len, forward.values()))} "
+          f"inner")
     # slot by slot: a slot's numbers never equal another slot's of the same forward (the comparison can fail)
     by_slot = {}
     for (mode, tokens, slot, _), values in worker.items():
@@ -107,6 +109,7 @@ def test_worker_dumps_equal_the_inner_forwards_tensor_for_tensor(both):
         assert dump.meta.get("req_ids") == twin.meta.get("req_ids")
         modes.add(dump.meta["mode"])
     assert modes == {"EXTEND", "TARGET_VERIFY"}
+    print(f"{len(files['worker'])} worker dumps equal to the inner forward's, tensor for tensor")
     # verify dumps are completed with the step's resolution, as the inner forward's are
     verify = [d for d in files["worker"] if d.meta["mode"] == "TARGET_VERIFY"]
     assert all(d.meta["accepted_known"] == len(d.meta["req_ids"]) for d in verify)
