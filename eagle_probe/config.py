@@ -18,7 +18,9 @@ DRAFT_ACCURACY_ACCEPTED = ("a number in (0, 1] (one per-token accuracy), or comm
                            "accuracies in (0, 1] as SpecForge logs them, e.g. 0.75,0.62,0.55")
 
 # Launch flags under which SGLang dynamo-traces the inner model forward; a wrapper there would
-# be traced into (or break) a fullgraph compile, so inner-forward wrappers stay off.
+# be traced into (or break) a fullgraph compile, so inner-forward wrappers stay off. The second exists before 0.5.23
+# only. Read from the command line at install (before SGLang parses it); what SGLang resolved, however it was given
+# (YAML --config, Engine(...)), is in the start-up statement (eagle_probe.observability: settings.torch_compile).
 COMPILE_FLAGS = ("--enable-torch-compile", "--enable-piecewise-cuda-graph")
 
 
@@ -328,8 +330,8 @@ SETTINGS = (
     Setting("EAGLE_PROBE_LOG_EVERY_FORWARD", "log_every_forward", _bool, "an `eagle_probe.target.forward` line per "
             "forward (debugging only)"),
     Setting("EAGLE_PROBE_INNER_FORWARD", "inner_forward", _choices(INNER_FORWARD_MODES), "wrap the inner model "
-            "forwards (auto: off under `--enable-torch-compile` and `--enable-piecewise-cuda-graph`, which dynamo "
-            "would trace them under)"),
+            "forwards (auto: off under `--enable-torch-compile`, and before 0.5.23 `--enable-piecewise-cuda-graph`, "
+            "which dynamo would trace them under; read from the command line)"),
     Setting("EAGLE_PROBE_DRAFT_ACCURACY", "draft_accuracy", _accuracy, "the draft's training accuracy, per-position "
             f"conditional accuracies as SpecForge logs them (at most {MAX_ACCURACY_POSITIONS}; one number is one "
             "per-token accuracy for every position): enables expected-vs-observed acceptance (see Acceptance against "

@@ -10,7 +10,9 @@ SUFFIX = ".safetensors"
 FORMAT_KEY, META_KEY = "eagle_probe.format", "eagle_probe.meta"
 # Tensors: what the draft is fed (real tokens only), the final hidden state, and the tokens with their positions.
 AUX, FINAL, INPUT_IDS, POSITIONS = "aux_hidden_states", "final_hidden_state", "input_ids", "positions"
-REQUIRED = (AUX, FINAL, INPUT_IDS, POSITIONS)
+# The final hidden state is in every dump of an eager forward; a dump the EAGLE worker boundary took of a forward
+# replayed from a CUDA graph has none (metadata "final_hidden_state": false, "hidden_size" gives the width).
+REQUIRED = (AUX, INPUT_IDS, POSITIONS)
 SEQ_LENS, PREFIX_LENS = "extend_seq_lens", "extend_prefix_lens"  # per request, where the batch has them
 LAYER_PREFIX = "hidden_states."  # hidden_states.I: the residual stream entering layer I (all-layer dumps)
 # Target verify forwards (EAGLE_PROBE_DUMP_MODES=...,target_verify; metadata "mode" = "TARGET_VERIFY"): the rows are

@@ -21,6 +21,7 @@ SUMMARY = "eagle_probe.summary"
 INTERNAL_ERROR = "eagle_probe.internal_error"
 METRICS_EXPOSED = "eagle_probe.metrics.exposed"
 ACCEPTANCE_SLICES = "eagle_probe.acceptance_slices"
+OBSERVABILITY = "eagle_probe.observability"
 
 
 class Event(NamedTuple):
@@ -92,12 +93,21 @@ CATALOGUE = {
                            "(rms by 20 %, signature cosine under 0.9)", (
         "role: target, the aux states returned; draft, its input on target-fed forwards", "slot", "capture_index",
         "hf_index", "label", "mode", "step: the model's forward count in this process, equal across TP ranks",
-        "tokens", "width", "rms", "mean", "absmax", "nonfinite", "signature: 32 numbers")),
+        "tokens", "width", "rms", "mean", "absmax", "nonfinite", "signature: 32 numbers",
+        "source: worker (the states the target handed the EAGLE worker, on every path, graphs included; step: the "
+        "worker's count of target forwards) or forward (the inner model forward's, eager forwards only)")),
     DUMP_WRITTEN: Event("a dump file is complete", ("path", "bytes")),
     DUMP_STOPPED: Event("dumps stop for good in this process (once)", (
         "reason: cap, full, file_size_limit, unwritable, error", "error", "directory", "message")),
+    OBSERVABILITY: Event("once per process, at its first forward after graph set-up: what the probe sees here", (
+        "settings: decode_graph, prefill_graph (the graph runner per phase, null: eager), torch_compile, "
+        "overlap_schedule, dp_attention, inner_forward_replaced, inner_forward_wrapped, worker_boundary, read from "
+        "SGLang's model runner and server args",
+        "observations: what, source, live, why (the reason it is not live)", "message")),
     SUMMARY: Event("every `EAGLE_PROBE_SUMMARY_INTERVAL_S` (checked on observations), and at exit", (
-        "forwards: role, mode, path, tbo, count", "captures_lost", "findings", "internal_errors")),
+        "forwards: role, mode, path, tbo, count (inner model forwards: eager and capture only)",
+        "model_forwards: role, mode, path (eager, graph_replay, graph_capture), graph, count (ModelRunner.forward, "
+        "every path)", "captures_lost", "findings", "internal_errors")),
     INTEGRATION_SKIPPED: Event("a patch target missing from a module SGLang imported (once per process; `warning` if "
                                "the version table expects it there, else `info`)", (
         "integration", "target", "reason", "expected", "sglang_version", "supported",

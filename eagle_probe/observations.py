@@ -61,6 +61,8 @@ class CaptureConfigured:
     family: Optional[str] = None  # families.py row name; None: no row names the class (rule unverified)
     family_rule: Optional[str] = None  # the row's rule, or "unverified"; None: not known (offline predictions)
     rule_applied: Optional[str] = None  # the rule as applied to these ids (families.positions)
+    # the graph runners the target's ModelRunner already held when the call returned (capture_after_graph)
+    graphs_captured: Tuple[str, ...] = ()
 
 
 class TargetForward(NamedTuple):

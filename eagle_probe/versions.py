@@ -103,6 +103,20 @@ def _v2(module: str, qualname: str, field: str, when: str) -> AcceptanceHook:
                           includes_bonus=False)
 
 
+# The EAGLE worker boundary (runtime/integrations/eagle_worker.py): where the target's packed aux states are handed
+# to the draft, after every target forward (graphs included). Proven per release by the contract check.
+WORKER_MODULE = "sglang.srt.speculative.eagle_worker_v2"
+WORKER_PREFILL_HOOK = "EagleDraftWorker._draft_extend_for_prefill"  # (batch, target_hidden_states, ...)
+WORKER_DECODE_HOOK = "EagleDraftWorker._draft_extend_for_decode"  # (batch, batch_result, ...)
+# The graph runners' entry points and the model runner's forward (runtime/integrations/runner_paths.py)
+_RUNNERS = "sglang.srt.model_executor.runner"
+GRAPH_ENTRIES = (
+    (f"{_RUNNERS}.decode_cuda_graph_runner", "DecodeCudaGraphRunner.execute", "decode_graph"),
+    (f"{_RUNNERS}.prefill_cuda_graph_runner", "PrefillCudaGraphRunner.execute", "prefill_graph"),
+    ("sglang.srt.model_executor.cpu_graph_runner", "CPUGraphRunner.execute", "cpu_graph"),
+)
+
+
 @dataclass(frozen=True)
 class VersionRules:
     first: Version  # first release these rules describe (they hold up to the next row's `first`)
@@ -127,6 +141,9 @@ class VersionRules:
     # modules that integrations target but this release does not have (their targets are skipped)
     absent_modules: Tuple[str, ...] = ()
     tested: Optional[str] = None  # the release of this row that the real-SGLang tests run
+    # EagleDraftWorker's hand-off methods take (batch, target_hidden_states) / (batch, batch_result) (values there)
+    worker_boundary: bool = False
+    graph_entries: bool = False  # the graph runners' execute entry points of GRAPH_ENTRIES exist
 
     @property
     def first_text(self) -> str:
@@ -163,6 +180,8 @@ class VersionRules:
             "absent_modules": list(self.absent_modules),
             "verified": self.verified,
             "tested": self.tested,
+            "worker_boundary": self.worker_boundary,
+            "graph_entries": self.graph_entries,
         }
 
 
@@ -221,6 +240,7 @@ RULES = (
         dp_rank_from_dp_attention=True),
     VersionRules(
         (0, 5, 21, 0), PLUS_ONE_IF_FIRST_IS_ONE, "packed", False, True, verified=True, tested="0.5.23",
+        worker_boundary=True, graph_entries=True,
         acceptance=(_v2(_BATCH_RESULT, "SchedulerBatchResultProcessor._resolve_spec_v2_tokens",
                         "num_correct_drafts_per_req_cpu", "default"),)),
 )
@@ -304,6 +324,10 @@ def version_specific_targets() -> Dict[str, List[VersionRules]]:
     for rules in RULES:
         names = [h.target for h in rules.acceptance] + list(rules.graph_setup_callers)
         names += [f"{DEEPSEEK_V2}.{rules.tbo_helper}", f"{rules.capture_flag_module}.get_is_capture_mode"]
+        if rules.worker_boundary:
+            names += [f"{WORKER_MODULE}.{WORKER_PREFILL_HOOK}", f"{WORKER_MODULE}.{WORKER_DECODE_HOOK}"]
+        if rules.graph_entries:
+            names += [f"{module}.{qualname}" for module, qualname, _ in GRAPH_ENTRIES]
         for name in names:
             out.setdefault(name, []).append(rules)
     return {k: v for k, v in out.items() if len(v) < len(RULES)}

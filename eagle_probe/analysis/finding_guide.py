@@ -32,6 +32,11 @@ GUIDE = {
         "CUDA-graph capture and eager forwards capture different layers (0.5.8 to 0.5.10.post1 set the default "
         "layers during graph set-up, before the configured ids apply)",
         "upgrade SGLang to 0.5.11 or later, or serve with `--disable-cuda-graph` on the affected release"),
+    F.CAPTURE_AFTER_GRAPH: Guide(
+        PROBE,
+        "set_eagle3_layers_to_capture ran after the target's model runner had captured its CUDA graphs, so every "
+        "replay runs the capture configuration of graph-capture time (sglang #22836)",
+        "use a release that configures capture before graph capture, or serve with `--disable-cuda-graph`"),
     F.CAPTURE_ID_UNREACHABLE: Guide(
         f"{PROBE}, doctor",
         "a configured capture index can never be captured by the target's family on its release: >= layers, "

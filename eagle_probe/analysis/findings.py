@@ -28,6 +28,7 @@ class Finding:
 TBO_CAPTURE_LOST = "tbo_capture_lost"
 AUX_COUNT_MISMATCH = "aux_count_mismatch"
 GRAPH_EAGER_LAYER_MISMATCH = "graph_eager_layer_mismatch"
+CAPTURE_AFTER_GRAPH = "capture_after_graph"
 CAPTURE_ID_UNREACHABLE = "capture_id_unreachable"
 CAPTURE_RULE_UNEXPECTED = "capture_rule_unexpected"
 # Target families (eagle_probe.families): a target SGLang cannot serve with EAGLE-3, or one with no proven row.
@@ -69,6 +70,8 @@ CODES = {
     TBO_CAPTURE_LOST: (ERROR, "capture slots fall in the layers Two-Batch-Overlap runs, which never capture"),
     AUX_COUNT_MISMATCH: (ERROR, "the target returned fewer (or more) aux hidden states than configured"),
     GRAPH_EAGER_LAYER_MISMATCH: (ERROR, "CUDA-graph capture and eager forwards capture different layers"),
+    CAPTURE_AFTER_GRAPH: (ERROR, "aux capture was configured after the target's CUDA graphs were captured: replays run "
+                                 "without it"),
     CAPTURE_ID_UNREACHABLE: (ERROR, "a configured capture index can never be captured"),
     CAPTURE_RULE_UNEXPECTED: (WARNING, "SGLang mapped capture ids differently from its version's known rule"),
     TARGET_NOT_EAGLE3: (ERROR, "the target's architecture defines no set_eagle3_layers_to_capture in this release: "
@@ -123,7 +126,7 @@ CODES = {
 # Codes that mean the draft is fed other layers or shapes than it expects (the dashboards' mismatch panel and
 # alert select on these).
 MISMATCH_CODES = (LAYER_MISMATCH, FC_WIDTH_MISMATCH, AUX_COUNT_MISMATCH, GRAPH_EAGER_LAYER_MISMATCH,
-                  CAPTURE_ID_UNREACHABLE, FC_SKIPPED, PP_STAGE_NO_CAPTURE, DRAFT_TARGET_IDS_DIFFER)
+                  CAPTURE_AFTER_GRAPH, CAPTURE_ID_UNREACHABLE, FC_SKIPPED, PP_STAGE_NO_CAPTURE, DRAFT_TARGET_IDS_DIFFER)
 
 
 def _labels(indices: Sequence[int], num_layers: Optional[int] = None, final_capturable: bool = False) -> str:
@@ -166,6 +169,15 @@ def capture_config_findings(obs: "CaptureConfigured", rules: VersionRules,
             layers_to_capture=list(obs.layers_to_capture), unreachable=[i for i, _ in bad],
             requested_ids=None if obs.requested_ids is None else list(obs.requested_ids),
             num_layers=obs.num_layers))
+    if obs.graphs_captured:
+        findings.append(_finding(
+            CAPTURE_AFTER_GRAPH,
+            f"{obs.model_class}: aux capture set to layers_to_capture {list(obs.layers_to_capture)} by {obs.caller} "
+            f"after the target's CUDA graphs ({', '.join(obs.graphs_captured)}) were captured: every replayed "
+            f"forward (each verify step, graph-sized prefills) runs what was captured then, without this "
+            f"configuration (sglang #22836: acceptance near zero, default ids). Configure capture before graph "
+            f"capture (a release with #22836's fix), or serve with --disable-cuda-graph.",
+            layers_to_capture=list(obs.layers_to_capture), caller=obs.caller, graphs=list(obs.graphs_captured)))
     predicted, rule = apply_capture_rule(rules.capture_id_rule, obs.requested_ids, obs.num_layers, family)
     if tuple(predicted) != tuple(obs.layers_to_capture):
         findings.append(_finding(

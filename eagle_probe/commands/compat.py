@@ -56,8 +56,9 @@ def _target_status(integration, target, rules, supported, import_modules, found=
         entry["reason"] = (entry["reason"] + "; " if entry["reason"] else "") + \
             "present although the version table does not expect it here"
     if target.inner_forward:
-        entry["reason"] = (entry["reason"] + "; " if entry["reason"] else "") + \
-            "inner forward: off under --enable-torch-compile / --enable-piecewise-cuda-graph (auto)"
+        entry["reason"] = (entry["reason"] + "; " if entry["reason"] else "") + (
+            "inner forward: off under --enable-torch-compile (auto; before 0.5.23 also --enable-piecewise-cuda-graph); "
+            "replayed CUDA graphs run no inner forward (values come from the EAGLE worker boundary)")
     return entry
 
 

@@ -39,7 +39,13 @@ class Dump:
 
     @property
     def hidden_size(self) -> int:
-        return int(self.tensors[FINAL].shape[-1])
+        final = self.tensors.get(FINAL)
+        return int(final.shape[-1]) if final is not None else int(self.meta["hidden_size"])
+
+    @property
+    def has_final(self) -> bool:
+        """Whether the file holds the final hidden state (not when taken from a forward replayed from a graph)."""
+        return FINAL in self.tensors
 
     @property
     def capture_indices(self) -> List[int]:
@@ -97,18 +103,27 @@ def _requests(tensors: dict, rows: int, path: str) -> List[Tuple[int, int, int]]
     return out
 
 
-def _check_shapes(tensors: dict, hf_indices: Tuple[int, ...], path: str) -> None:
-    shapes = {name: list(tensors[name].shape) for name in REQUIRED}
+def _check_shapes(tensors: dict, hf_indices: Tuple[int, ...], path: str, meta: dict) -> int:
+    """The hidden size, once the shapes agree."""
+    shapes = {name: list(tensors[name].shape) for name in REQUIRED + (FINAL,) if name in tensors}
     if tensors[INPUT_IDS].dim() != 1 or tensors[POSITIONS].dim() != 1:
         raise DumpError(f"dump {path}: {INPUT_IDS} and {POSITIONS} must be 1-D: {shapes}")
-    if tensors[AUX].dim() != 2 or tensors[FINAL].dim() != 2:
+    if tensors[AUX].dim() != 2 or (FINAL in tensors and tensors[FINAL].dim() != 2):
         raise DumpError(f"dump {path}: {AUX} and {FINAL} must be 2-D: {shapes}")
     if len({shape[0] for shape in shapes.values()}) != 1:
         raise DumpError(f"dump {path}: tensors disagree on the number of rows: {shapes}")
-    hidden, width = shapes[FINAL][1], shapes[AUX][1]
+    if FINAL in tensors:
+        hidden = shapes[FINAL][1]
+    else:
+        hidden = meta.get("hidden_size")
+        if isinstance(hidden, bool) or not isinstance(hidden, int) or hidden < 1:
+            raise DumpError(f"dump {path}: no {FINAL} and metadata 'hidden_size' is {hidden!r}, expected an "
+                            f"integer >= 1")
+    width = shapes[AUX][1]
     if width != len(hf_indices) * hidden:
         raise DumpError(f"dump {path}: {AUX} is {width} wide, but its metadata names {len(hf_indices)} slots "
                         f"{list(hf_indices)} of hidden size {hidden} ({len(hf_indices) * hidden})")
+    return hidden
 
 
 def read_dump(path: str, layers: bool = True) -> Dump:
@@ -124,11 +139,11 @@ def read_dump(path: str, layers: bool = True) -> Dump:
         def read(name):
             return read_tensor(handle, path, name, "dump", DumpError)
 
-        optional = (SEQ_LENS, PREFIX_LENS, ACCEPTED, PREFIX_IDS, PREFIX_COUNTS)
+        optional = (FINAL, SEQ_LENS, PREFIX_LENS, ACCEPTED, PREFIX_IDS, PREFIX_COUNTS)
         tensors = {name: read(name) for name in REQUIRED + optional if name in names}
         hf_indices = _int_list(meta, "hf_indices", path)
-        _check_shapes(tensors, hf_indices, path)
-        rows, hidden = int(tensors[INPUT_IDS].shape[0]), int(tensors[FINAL].shape[1])
+        hidden = _check_shapes(tensors, hf_indices, path, meta)
+        rows = int(tensors[INPUT_IDS].shape[0])
         held = {index: read(layer_names[index]) for index in sorted(layer_names)} if layers else {}
     for index, states in held.items():
         if list(states.shape) != [rows, hidden]:

@@ -22,6 +22,8 @@ class PatchTarget:
     wrapper: Callable  # wrapt signature: (wrapped, instance, args, kwargs)
     inner_forward: bool = False  # an inner model forward: off under torch.compile / piecewise graphs
     observes: str = ""  # what the probe cannot report while this target is not wrapped
+    # (original) -> None when the wrapper can read it, else why not (e.g. other leading parameters): then skipped
+    accepts: Optional[Callable[[object], Optional[str]]] = None
 
 
 @dataclass(frozen=True)
@@ -121,6 +123,14 @@ class Patcher:
                     integration.name, f"{target.module}.{target.qualname}",
                     f"not found in installed SGLang: {exc}" + ("" if expected else "; the version table says so"),
                     expected=expected, off=target.observes)
+            return
+        problem = target.accepts(original) if target.accepts is not None else None
+        if problem is not None:
+            self._skipped.add(key)
+            if STATE.recorder is not None:
+                STATE.recorder.integration_skipped(integration.name, f"{target.module}.{target.qualname}",
+                                                   f"another signature in installed SGLang: {problem}",
+                                                   expected=True, off=target.observes)
             return
         proxy = wrapt.FunctionWrapper(original, target.wrapper)
         setattr(owner, attr, proxy)

@@ -5,6 +5,8 @@ With SGLANG_CPU_SPEC=1 in the environment it also applies the speculative (EAGLE
 it applies `sglang_cpu.tp_shims` (pynccl off, for --tp-size 2), and with SGLANG_CPU_PERTURB_AUX="RANK:SLOT:SCALE"
 the test-only aux perturbation, registered here so that it wraps DeepseekV2Model.forward before the probe does.
 With SGLANG_CPU_DP_ATTENTION=1 it applies `sglang_cpu.dp_shims` (DP attention's CPU branches).
+SGLANG_CPU_REPLAY_EMULATION=1: sglang_cpu.replay_emulation (CUDA-graph replay as Python sees it).
+SGLANG_CPU_PROBE_BOTH_VALUES=1: the probe takes values at the inner forward as well as at the EAGLE worker.
 SGLANG_CPU_PROBE_FAULTS and SGLANG_CPU_PROBE_STATE_DIR: see the end of this file.
 """
 
@@ -41,6 +43,16 @@ if os.environ.get("SGLANG_CPU_SHIFT_VERIFY_AUX", ""):
     from sglang_cpu import verify_faults  # noqa: E402
 
     verify_faults.apply()  # test-only: verify forwards' aux states shifted by one row while a flag file exists
+
+if os.environ.get("SGLANG_CPU_REPLAY_EMULATION", "") == "1":
+    from sglang_cpu import replay_emulation  # noqa: E402
+
+    replay_emulation.apply()  # test-only: inner models get an instance forward below every class wrapper
+
+if os.environ.get("SGLANG_CPU_PROBE_BOTH_VALUES", "") == "1":
+    from eagle_probe.runtime.values import boundary as _probe_boundary  # noqa: E402
+
+    _probe_boundary.KEEP_INNER_VALUES[0] = True  # test-only: values from the inner forward and the worker both
 
 from sglang_cpu import census  # noqa: E402
 

@@ -1,6 +1,11 @@
 """`eagle-probe consistency` against a real speculative SGLang 0.5.23 server on the CPU (greedy chain, 2 steps), with
 the probe dumping EXTEND and TARGET_VERIFY forwards (EAGLE_PROBE_DUMP_MODES=extend,target_verify).
 
+The server runs under the replay emulation (sglang_cpu/replay_emulation.py, SGLANG_CPU_REPLAY_EMULATION=1): every
+inner model forward is an instance attribute below every class wrapper, as under CUDA-graph replay, so the probe's
+inner-forward wrappers never run and everything below comes from the EAGLE worker boundary; the verify-row fault is
+computed inside that instance forward.
+
 One server run, two phases (the "random" case: random-weight target and draft, so prefill and verify differ by real
 float32 noise): first correctly wired, where consistency must exit 0 (no false alarm); then with a fault in the served
 model, `sglang_cpu.verify_faults` (its flag file created while the server runs): the aux states of target verify
@@ -21,11 +26,12 @@ import pytest
 from eagle_probe.analysis.consistency import VERIFY_PREFILL_MISMATCH, tolerance
 from eagle_probe.commands.sglang_server import server_release
 from eagle_probe.commands.consistency.rows import read_verify_rows
-from eagle_probe.commands.dump_files import wait_until_written
+from eagle_probe.commands.dump_files import read_dump, wait_until_written
 from eagle_probe.versions import installed_sglang_version
 from sglang_cpu.draft_models import build_case
 
-from .conftest import start_spec_server
+from .conftest import (counts_delta, internal_errors, metric_samples, probe_events, settled_probe_counts,
+                       sglang_spec_counts, start_spec_server)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CLEAN_PROMPTS = (([10, 11, 12, 13, 14, 15], 10), ([7, 3, 99, 120, 5, 6, 200, 31], 10))
@@ -40,7 +46,8 @@ def served(tmp_path_factory):
     flag = os.path.join(root, "shift-verify.flag")
     dumps = os.path.join(root, "dumps")
     env = {"EAGLE_PROBE_DUMP_DIR": dumps, "EAGLE_PROBE_DUMP_EVERY": "1",
-           "EAGLE_PROBE_DUMP_MODES": "extend,target_verify", "SGLANG_CPU_SHIFT_VERIFY_AUX": flag}
+           "EAGLE_PROBE_DUMP_MODES": "extend,target_verify", "SGLANG_CPU_SHIFT_VERIFY_AUX": flag,
+           "SGLANG_CPU_REPLAY_EMULATION": "1", "EAGLE_PROBE_FINGERPRINT_INTERVAL_S": "0.2"}
     server = start_spec_server(root, "consistency", case, env=env)
     try:
         yield server, dumps, flag, root, case["target"]
@@ -49,9 +56,9 @@ def served(tmp_path_factory):
 
 
 def _serve(server, prompts):
-    """The prompts at once (one batch, so verify forwards hold two requests)."""
+    """The prompts at once (one batch, so verify forwards hold two requests); their meta_info."""
     with ThreadPoolExecutor(len(prompts)) as pool:
-        list(pool.map(lambda p: server.generate(p[0], p[1]), prompts))
+        return [out["meta_info"] for out in pool.map(lambda p: server.generate_raw(p[0], p[1]), prompts)]
 
 
 def _consistency(dumps, server=None, target=None):
@@ -78,8 +85,27 @@ def _consistency(dumps, server=None, target=None):
 
 def test_clean_server_no_false_alarm_then_shifted_verify_rows_named(served):
     server, dumps, flag, root, target = served
-    _serve(server, CLEAN_PROMPTS)
+    before = settled_probe_counts(server)
+    metas = _serve(server, CLEAN_PROMPTS)
     wait_until_written(dumps, quiet_s=3.0)
+    # under the replay emulation: acceptance exact, every value from the worker boundary, no inner forward seen
+    assert counts_delta(settled_probe_counts(server), before) == sglang_spec_counts(metas)
+    log_dir = os.path.join(root, "probe-consistency")
+    assert not probe_events(log_dir, "eagle_probe.target.forward")
+    prints = probe_events(log_dir, "eagle_probe.aux.fingerprint")
+    assert {(e["source"], e["role"]) for e in prints} == {("worker", "target")}
+    assert {e["mode"] for e in prints} == {"EXTEND", "TARGET_VERIFY"}
+    metas_of_files = [read_dump(os.path.join(dumps, n)).meta for n in os.listdir(dumps) if n.endswith(".safetensors")]
+    assert metas_of_files and all(m["source"] == "worker" and not m["final_hidden_state"] for m in metas_of_files)
+    assert {m["mode"] for m in metas_of_files} == {"EXTEND", "TARGET_VERIFY"}
+    assert internal_errors(server.metrics_text()) == {}
+    # the start-up statement says what is not seen, and why; forward counts still come from the model runner
+    [said] = probe_events(log_dir, "eagle_probe.observability")
+    assert said["settings"]["inner_forward_replaced"] is True and said["settings"]["worker_boundary"] is True
+    live = {o["what"].split(":")[0].split(",")[0]: o for o in said["observations"]}
+    assert live["values"]["live"] and not live["all-layer dumps"]["live"]
+    assert "replaced on the instance" in live["all-layer dumps"]["why"] and "all-layer dumps" in said["message"]
+    assert metric_samples(server.metrics_text(), "eagle_probe_model_forwards_total")
     clean = read_verify_rows(dumps)
     assert clean.dumps >= 8 and clean.unknown == 0  # every dumped request's step was resolved and matched
     assert any(len(rows.positions) >= 1 and len(rows.tokens) > len(rows.positions) for rows in clean.rows)

@@ -8,7 +8,7 @@ recover). Faults of the world are made for real: a log directory that cannot be 
 PROMETHEUS_MULTIPROC_DIR removed while the server runs, the probe's metrics port already taken, a dump directory
 that fills up. Three servers, faults that would hide each other in different ones:
 
-- A: eleven probe functions failing at once, counted at twelve sites (--enable-metrics, logs work), then
+- A: fourteen probe functions failing at once, counted at fifteen sites (--enable-metrics, logs work), then
   PROMETHEUS_MULTIPROC_DIR removed;
 - B: the log directory unusable (every log line fails) plus three more probe functions, and, once it is up, every
   server process put under a file size limit (RLIMIT_FSIZE, as `prlimit --fsize` sets it) that one all-layer dump
@@ -47,7 +47,11 @@ FAULTS_A = {
     "integrations.targets._observe_capture_config": {"target.set_eagle3_layers_to_capture": None},
     "integrations.llama_eagle3._observe_draft_forward": {"llama_eagle3.forward": None},
     "integrations.draft_load._observe_loaded": {"llama_eagle3.load_weights": 1},
-    "values.fingerprint.Fingerprinter.queue": {"target.fingerprint": None, "llama_eagle3.fingerprint": None},
+    # a speculative server takes the target's values at the EAGLE worker boundary (values/boundary.py)
+    "values.fingerprint.Fingerprinter.queue": {"worker.fingerprint": None, "llama_eagle3.fingerprint": None},
+    "integrations.eagle_worker._prefill_handoff:2": {"worker.prefill": 2},
+    "integrations.eagle_worker._decode_handoff:2": {"worker.decode": 2},
+    "integrations.runner_paths._count:2": {"model_runner.forward": 2},
     "values.dumps.DumpWriter._write": {"dumps.write": 1},
     "sinks.metrics.MetricsSink.forward_shapes": {"metrics.forward_shapes": None},
     "sinks.metrics.MetricsSink.add_forwards": {"metrics.add_forwards": None},
@@ -127,7 +131,7 @@ def case(root):
     return build_case(root, "map", num_steps=2)
 
 
-# ------------------------------------------------------------ A: eleven probe functions fail in one server
+# ------------------------------------------------------- A: fourteen probe functions fail in one server
 
 
 @pytest.fixture(scope="module")

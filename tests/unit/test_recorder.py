@@ -5,6 +5,7 @@ import json
 
 import prometheus_client
 
+from eagle_probe.analysis import findings as F
 from eagle_probe.config import ProbeConfig
 from eagle_probe.observations import CaptureConfigured, Ranks, TargetForward
 from eagle_probe.runtime.recorder import Recorder
@@ -198,3 +199,27 @@ def test_repeated_capture_index_is_named_as_the_cause_of_a_short_aux_list():
                                     aux_shape=None, slot_widths=(64, 64)))
     other = [e for e in events(stream) if e["event"] == "eagle_probe.finding"][-1]
     assert other["evidence"]["duplicated"] == [] and "more than once" not in other["message"]
+
+
+# -- capture_after_graph (sglang #22836): set_eagle3_layers_to_capture returning after the target's model runner
+# captured its CUDA graphs is an error finding that names the graphs and the fix; a call before graph capture is not
+
+
+def test_a_call_after_graph_capture_is_an_error_naming_the_graphs_and_the_fix():
+    found = F.capture_config_findings(config(graphs_captured=("DecodeCudaGraphRunner",)), RULES_0_5_23)
+    [finding] = [f for f in found if f.code == F.CAPTURE_AFTER_GRAPH]
+    assert finding.severity == F.ERROR and finding.evidence_dict()["graphs"] == ["DecodeCudaGraphRunner"]
+    assert "--disable-cuda-graph" in finding.message and "#22836" in finding.message
+    assert F.CAPTURE_AFTER_GRAPH in F.MISMATCH_CODES
+
+
+def test_a_call_before_graph_capture_is_not():
+    assert not [f for f in F.capture_config_findings(config(), RULES_0_5_23) if f.code == F.CAPTURE_AFTER_GRAPH]
+
+
+def test_the_recorder_reports_it_once():
+    recorder, stream, _, _ = make()
+    for _ in range(2):
+        recorder.capture_configured(config(graphs_captured=("PrefillCudaGraphRunner", "DecodeCudaGraphRunner")))
+    codes = [e["code"] for e in events(stream) if e["event"] == "eagle_probe.finding"]
+    assert codes.count(F.CAPTURE_AFTER_GRAPH) == 1

@@ -255,3 +255,46 @@ def capture_flag_claim(module: str) -> Claim:
 
     return Claim(f"{module}.get_is_capture_mode returns is_capture_mode [or is_in_breakable_cuda_graph(), which "
                  "returns _in_breakable_cuda_graph] (the target wrapper reads those flags directly)", check)
+
+
+# ---- the EAGLE worker boundary and the graph runners' entry points ---------------------------------------------
+
+def _calls_to(node, name):
+    return [c for c in ast.walk(node) if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)
+            and c.func.attr == name]
+
+
+def passes_argument(method: str, index: int, expression: str):
+    """Every call of `.method(...)` in the body passes `expression` as positional argument `index`."""
+    def test(node):
+        found = _calls_to(node, method)
+        if not found:
+            return f"does not call .{method}(...)"
+        got = [ast.unparse(c.args[index]) if len(c.args) > index else None for c in found]
+        return None if all(g == expression for g in got) else f"passes {got} as argument {index}"
+    return test
+
+
+def passes_keyword(keyword: str, expression: str):
+    """Some call in the body passes `keyword=expression`."""
+    def test(node):
+        for call in (c for c in ast.walk(node) if isinstance(c, ast.Call)):
+            if any(k.arg == keyword and ast.unparse(k.value) == expression for k in call.keywords):
+                return None
+        return f"no call passes {keyword}={expression}"
+    return test
+
+
+def reads_attribute(expression: str):
+    def test(node):
+        return None if any(isinstance(n, ast.Attribute) and ast.unparse(n) == expression for n in ast.walk(node)) \
+            else f"does not read {expression}"
+    return test
+
+
+def calls_attributes(*expressions: str):
+    def test(node):
+        called = {ast.unparse(c.func) for c in ast.walk(node) if isinstance(c, ast.Call)}
+        missing = [e for e in expressions if e not in called]
+        return f"does not call {missing}" if missing else None
+    return test

@@ -13,9 +13,10 @@ from ...analysis.draft_ids import DRAFT_CLASSES
 from .config_key_claims import config_key_claims
 from .draft_claims import KIMI_MODULE, draft_id_claims
 from .claims import Claim, absent, body_check, dataclass_field, defines, env_default, module_mentions, sets_attributes
-from .rule_checks import (assigns_result_field, aux_list_test, aux_packed_test, calls_name, capture_flag_claim,
-                          capture_rule_test, default_ids_test, embedding_capturable_test, embedding_not_capturable_test,
-                          graph_setup_calls_defaults, no_default_setter_calls, retraction_sites_problem,
+from .rule_checks import (assigns_result_field, aux_list_test, aux_packed_test, calls_attributes, calls_name,
+                          capture_flag_claim, capture_rule_test, default_ids_test, embedding_capturable_test,
+                          embedding_not_capturable_test, graph_setup_calls_defaults, no_default_setter_calls,
+                          passes_argument, passes_keyword, reads_attribute, retraction_sites_problem,
                           returns_committed_token_lists, returns_last, returns_test, takes_param)
 
 DS = versions.DEEPSEEK_V2
@@ -36,6 +37,10 @@ EXPECTED_PARAMS: Dict[str, Tuple[str, ...]] = {
                                                                  "input_embeds"),
     "sglang.srt.models.kimi_k25_eagle3.Eagle3DeepseekV2ForCausalLM.load_weights": ("weights",),
     "sglang.srt.models.registry._ModelRegistry.resolve_model_cls": ("architectures",),
+    f"{versions.WORKER_MODULE}.{versions.WORKER_PREFILL_HOOK}": ("batch", "target_hidden_states"),
+    f"{versions.WORKER_MODULE}.{versions.WORKER_DECODE_HOOK}": ("batch", "batch_result"),
+    f"{MODEL_RUNNER}.ModelRunner.forward": ("forward_batch",),
+    **{f"{module}.{qualname}": ("forward_batch",) for module, qualname, _ in versions.GRAPH_ENTRIES},
 }
 # Targets found at load time (integrations/targets.py, Integration.expand): by method name.
 FOUND_PARAMS = {"set_eagle3_layers_to_capture": ("layer_ids",), "forward": ("input_ids", "positions", "forward_batch")}
@@ -113,6 +118,14 @@ def _rule_claims(rules: VersionRules) -> List[Claim]:
                                   assigns_result_field(hook.field)))
             out.append(body_check(hook.module, hook.qualname, "returns the committed tokens per request (vocabulary "
                                   "coverage reads them)", returns_committed_token_lists))
+    if rules.worker_boundary:
+        out += _worker_boundary_claims()
+    if rules.graph_entries:
+        out.append(body_check(MODEL_RUNNER, "ModelRunner._forward_raw", "replays a graph through "
+                              "decode_cuda_graph_runner.execute and prefill_cuda_graph_runner.execute (the probe "
+                              "marks a forward graph_replay there)",
+                              calls_attributes("self.decode_cuda_graph_runner.execute",
+                                               "self.prefill_cuda_graph_runner.execute")))
     for module in rules.absent_modules:
         out.append(Claim(f"{module} does not exist in this release",
                          lambda src, module=module: "exists" if src.has_module(module) else None))
@@ -137,6 +150,23 @@ def _rule_claims(rules: VersionRules) -> List[Claim]:
                           if rules.other_nodes_serve_metrics else "serves no /metrics (node ranks >= 1)",
                           calls_name("add_prometheus_middleware", rules.other_nodes_serve_metrics)))
     return out
+
+
+def _worker_boundary_claims() -> List[Claim]:
+    """The hand-off the worker wrappers read carries the target's packed aux states, prefill and verify alike."""
+    worker = versions.WORKER_MODULE
+    return [
+        body_check(worker, "EAGLEWorkerV2._forward_prefill_batch", "hands the target's "
+                   "batch_output.logits_output.hidden_states to _draft_extend_for_prefill as its second argument",
+                   passes_argument("_draft_extend_for_prefill", 1, "batch_output.logits_output.hidden_states")),
+        body_check(worker, "EAGLEWorkerV2.forward_batch_generation", "hands the verify result to "
+                   "_draft_extend_for_decode as its second argument",
+                   passes_argument("_draft_extend_for_decode", 1, "batch_output")),
+        body_check(worker, versions.WORKER_DECODE_HOOK, "feeds the draft batch_result.logits_output.hidden_states",
+                   reads_attribute("batch_result.logits_output.hidden_states")),
+        body_check(worker, versions.WORKER_PREFILL_HOOK, "feeds the draft target_hidden_states (hidden_states=)",
+                   passes_keyword("hidden_states", "target_hidden_states")),
+    ]
 
 
 def _targets(integration, release):

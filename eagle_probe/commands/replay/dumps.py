@@ -71,6 +71,13 @@ def read_dumps(path: str, want_layers: bool) -> DumpRows:
                 f"{list(first.hf_indices)} of width {first.hidden_size}: the dumps come from differently "
                 f"configured servers; replay one set at a time")
         used.append(dump)
+    no_final = [d.path for d in used if not d.has_final]
+    if no_final:
+        raise DumpError(
+            f"{len(no_final)} dump(s) hold no {FINAL} (e.g. dump {no_final[0]}): they were taken at the EAGLE "
+            f"worker boundary from forwards replayed from CUDA graphs, and replay labels each position with the "
+            f"target's own greedy token from that state. Dump eager forwards for replay (--disable-cuda-graph, or "
+            f"prompts past the captured sizes), or use parity/consistency, which read these files")
     parts = {"next": [], "pos": [], "aux": [], "label": []}
     layer_parts: Dict[int, List[torch.Tensor]] = {}
     segments: List[Tuple[int, int]] = []

@@ -118,7 +118,7 @@ def _distinct_forwards(forwards):
 
 
 # Where each event goes in a rank's entry: the latest one, or all of them in order.
-_LATEST = {names.STARTED: "started", names.SUMMARY: "summary"}
+_LATEST = {names.STARTED: "started", names.SUMMARY: "summary", names.OBSERVABILITY: "statement"}
 _LISTED = {names.CAPTURE_CONFIGURED: "capture", names.TARGET_FORWARD: "forwards", names.DRAFT_LOADED: "draft",
            names.DRAFT_FORWARD: "draft", names.FINDING: "findings", names.INTERNAL_ERROR: "errors",
            names.ACCEPTANCE: "acceptance"}
@@ -130,7 +130,7 @@ def build_report(events: list, input_stats=None, draft_accuracy=None, draft_max_
     draft_max_length: summarize's --draft-max-length (else the trained length the draft.loaded event states);
     inputs: nodes.describe_input of each path given (several nodes' directories), for the nodes section."""
     raw = defaultdict(lambda: {"started": None, "capture": [], "forwards": [], "draft": [], "findings": [],
-                               "summary": None, "errors": [], "acceptance": []})
+                               "summary": None, "errors": [], "acceptance": [], "statement": None})
     notices = []
     for event in events:
         name = event.get("event")
@@ -168,6 +168,8 @@ def build_report(events: list, input_stats=None, draft_accuracy=None, draft_max_
             "path_mix": mix, "path_totals": dict(paths), "path_mix_source": mix_source,
             "findings": _group_findings(entry["findings"]), "summary": entry["summary"],
             "errors": entry["errors"], "acceptance": _acceptance(entry["acceptance"]),
+            "statement": entry["statement"],
+            "model_forwards": (entry["summary"] or {}).get("model_forwards") or [],
         })
     values = values_section(events)
     # Vocabulary coverage: low, or binding the acceptance served, becomes a finding of its rank (a cause below).
@@ -235,6 +237,7 @@ def render_text(report: dict) -> str:
         out.append(f"== {node}tp_rank={rank['tp_rank']} pp_rank={rank['pp_rank']} dp_rank={rank['dp_rank']} "
                    f"pid={rank['pid']}" + (f" host {rank['host']}" if rank.get("host") else "")
                    + (f" sglang {rank['sglang_version']}" if rank["sglang_version"] else ""))
+        out += _statement_lines(rank.get("statement"))
         for cfg in rank["capture"]:
             setup = " (during CUDA-graph set-up)" if cfg.get("during_graph_setup") else ""
             out.append(f"  capture configured by {cfg.get('caller')}{setup}: ids {cfg.get('requested_ids')} -> "
@@ -258,6 +261,11 @@ def render_text(report: dict) -> str:
             counts = ", ".join(f"{f.get('role')}/{f.get('mode')}/{f.get('path')}{'/tbo' if f.get('tbo') else ''}: "
                                f"{f.get('count')}" for f in rank["path_mix"])
             out.append(f"  path mix ({rank['path_mix_source']}): {counts}")
+        if rank.get("model_forwards"):
+            counts = ", ".join(f"{f.get('role')}/{f.get('mode')}/{f.get('path')}"
+                               f"{'/' + str(f.get('graph')) if f.get('graph') not in (None, 'none') else ''}: "
+                               f"{f.get('count')}" for f in rank["model_forwards"])
+            out.append(f"  model runner forwards (every path): {counts}")
         if rank["summary"]:
             out.append(f"  captures lost: {rank['summary'].get('captures_lost')}; probe internal errors: "
                        f"{rank['summary'].get('internal_errors')}")
@@ -288,6 +296,19 @@ def render_text(report: dict) -> str:
     out += render_values_text(report["values"])
     out += input_lines(report.get("input"))
     return "\n".join(out)
+
+
+def _statement_lines(statement) -> list:
+    """The process's start-up statement: its settings, and each observation's source and whether it is live."""
+    if not isinstance(statement, dict):
+        return []
+    settings = statement.get("settings") if isinstance(statement.get("settings"), dict) else {}
+    out = ["  what the probe sees here: " + ", ".join(f"{k}={v}" for k, v in settings.items())]
+    for item in statement.get("observations") or []:
+        if isinstance(item, dict):
+            state = "live" if item.get("live") else f"NOT SEEN ({item.get('why')})"
+            out.append(f"    {item.get('what')} <- {item.get('source')}: {state}")
+    return out
 
 
 def _no_findings(rank: dict, report: dict) -> str:

@@ -156,7 +156,21 @@ def _values(events, found, report) -> dict:
     if rows:
         detail = (f"{sum(r['samples'] for r in rows)} sampled fingerprints of {len(rows)} (rank, slot) series: finite, "
                   f"slots distinct; against the training data only if the server had --reference")
-    return _status(found, VALUE_CODES, detail, "no eagle_probe.aux.fingerprint events (fingerprints off?)")
+    return _status(found, VALUE_CODES, detail, values_missing_reason(events))
+
+
+def values_missing_reason(events) -> str:
+    """Why there are no fingerprints: the start-up statement's own reason where a process made one."""
+    statements = [e for e in events
+                  if e.get("event") == names.OBSERVABILITY and isinstance(e.get("observations"), list)]
+    for statement in statements:
+        for item in statement["observations"]:
+            if isinstance(item, dict) and str(item.get("what", "")).startswith("values") and not item.get("live"):
+                return f"no eagle_probe.aux.fingerprint events: values are not seen in this process ({item.get('why')})"
+    if statements:
+        return ("no eagle_probe.aux.fingerprint events although the start-up statement says values are seen: "
+                "fingerprints off (EAGLE_PROBE_FINGERPRINT_INTERVAL_S=0) or no prefill/verify forward yet")
+    return "no eagle_probe.aux.fingerprint events and no start-up statement (eagle_probe.observability) in the logs"
 
 
 def _tp(events, found, report) -> dict:

@@ -11,6 +11,7 @@ from ..context import graph_capture
 from ..context.roles import role_of
 from ..parts.forwards import forward_count_key
 from ..state import STATE
+from ..values import boundary
 from ..values.dump_plan import plan_forward, submit_forward
 from ..values.sampler import sample_target_forward, sampled_members
 from .target_observation import observation, result_key
@@ -149,7 +150,8 @@ def _after_forward(facts, result, error):
             return
     recorder = STATE.recorder
     sampler = recorder.fingerprints
-    sampled = sampler is not None and not capturing and mode in sampled_members(type(mode))
+    sampled = (sampler is not None and not capturing and mode in sampled_members(type(mode))
+               and boundary.inner_values_on())  # else the worker boundary samples (values/boundary.py)
     if error is None and sampled and _wall() >= sampler.due_cell(static.role)[0]:
         _sample(static, mode, forward_batch, result, layers)
     input_ids = args[0] if args else kwargs.get("input_ids")
@@ -177,7 +179,7 @@ def model_forward_wrapper(wrapped, instance, args, kwargs):
         STATE.report_error("target.forward.before", exc)
         facts = None
     dump = None
-    if facts is not None and STATE.recorder.dump_planner is not None:
+    if facts is not None and STATE.recorder.dump_planner is not None and STATE.recorder.dumps.inner_dumps():
         try:
             dump_facts = _forward_facts(instance, args, kwargs)
             static, forward_batch, _, _, can_run_tbo, capturing = dump_facts
@@ -204,6 +206,9 @@ def model_forward_wrapper(wrapped, instance, args, kwargs):
                 submit_forward(dump, static, forward_batch, input_ids, positions, layers, result, STATE.recorder)
         except Exception as exc:
             STATE.report_error("dumps.submit", exc)
+    if (boundary.LIVE[0] and STATE.recorder.dump_planner is not None and type(result) is tuple and len(result) == 2
+            and not graph_capture.is_capturing()):
+        boundary.LAST_FORWARD[0] = result  # its final hidden state goes into the worker's dump of this forward
     if facts is not None:
         try:
             _after_forward(facts, result, None)

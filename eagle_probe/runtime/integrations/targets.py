@@ -19,6 +19,7 @@ from ..context.roles import role_of
 from ..patcher import PATCHER, Integration, PatchTarget
 from ..state import STATE
 from . import target_forward
+from .model_runner import graphs_captured
 from .target_forward import forget_static_facts, model_forward_wrapper  # noqa: F401  (model_runner, benchmarks)
 
 SETTER = "set_eagle3_layers_to_capture"
@@ -166,6 +167,7 @@ def _observe_capture_config(instance, layer_ids):
         family=None if row is None else row.name,
         family_rule=families.UNVERIFIED if row is None else row.rule,
         rule_applied=rule_applied,
+        graphs_captured=graphs_captured(instance),
     ))
 
 

@@ -3,6 +3,7 @@ stop for good in a process with one event; the server goes on."""
 
 from ...events import DUMP_STOPPED, DUMP_WRITTEN
 from ...versions import LAYER_CAPTURE_KWARG
+from ..values import boundary
 from ..values.dump_plan import DumpPlanner
 from ..values.dumps import STOP_REASONS, DumpWriter
 from ..values.verify_dumps import note_step
@@ -15,17 +16,25 @@ class Dumps(Part):
     def __init__(self, recorder):
         super().__init__(recorder)
         config = self.config
-        self.planner = self.writer = None
+        self.planner = self.writer = self.worker_planner = None
         self.waiting = []  # dumped verify forwards awaiting their step's resolution (values/verify_dumps.py)
         if config.dump_dir:
             kwarg = LAYER_CAPTURE_KWARG if self.rules.embedding_capturable else None
             self.planner = DumpPlanner(config.dump_every, config.dump_ranks, config.dump_layers == "all", kwarg,
                                        config.dump_modes)
+            # The worker boundary's own count (values/boundary.py): aux dumps on every path; all-layer dumps need the
+            # inner forward's layer taps, so with EAGLE_PROBE_DUMP_LAYERS=all the inner forward writes them (eager).
+            if not self.planner.all_layers:
+                self.worker_planner = DumpPlanner(config.dump_every, config.dump_ranks, False, None, config.dump_modes)
             self.writer = DumpWriter(config.dump_dir, int(config.dump_max_mb * 1024 * 1024), self.written,
                                      self.stopped, on_error=lambda exc: self.out.internal_error("dumps.write", exc))
 
     def exports(self) -> dict:
         return {"dumps": self, "dump_planner": self.planner, "dump_writer": self.writer}
+
+    def inner_dumps(self) -> bool:
+        """Whether the inner forward wrapper dumps (all-layer dumps, or values not taken at the worker)."""
+        return self.planner is not None and (self.worker_planner is None or boundary.inner_values_on())
 
     def verify_resolved(self, reqs, counts, worker: str):
         """From a verify step's resolution while self.waiting (integrations/acceptance.py)."""

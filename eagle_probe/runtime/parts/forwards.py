@@ -27,7 +27,10 @@ class Forwards(Part):
         self._cells = {}  # (role, mode, path, tbo) -> [target forwards, cumulative] (the hot path keeps the cell)
         self.lost = {}  # (role, mode) -> capture slots lost to TBO
         self.drafts = {}  # (mode, path, fc) -> draft forwards
-        self._flushed = ({}, {}, {})
+        # (role, mode, path, graph) -> ModelRunner.forward calls: every path, graphs included (integrations/
+        # runner_paths.py); path eager, graph_replay or graph_capture, graph the runner that replayed it (or none)
+        self.runner = {}
+        self._flushed = ({}, {}, {}, {})
         periodic = recorder.periodic
         clock = periodic.clock
 
@@ -55,6 +58,10 @@ class Forwards(Part):
             cell = self._cells.setdefault(count_key, [0])
         return cell
 
+    def runner_forward(self, key: tuple):
+        runner = self.runner
+        runner[key] = runner.get(key, 0) + 1
+
     def count_lost(self, count_key: tuple, lost: int):
         key = count_key[:2]
         self.lost[key] = self.lost.get(key, 0) + lost
@@ -72,20 +79,22 @@ class Forwards(Part):
     def flush(self, metrics):
         """A part the sink refused stays unflushed and is sent again at the next flush; one with nothing added since
         is not sent (most flushes of a steady server add to one series of each)."""
-        now = (self.forwards, dict(self.lost), dict(self.drafts))
+        now = (self.forwards, dict(self.lost), dict(self.drafts), dict(self.runner))
         sent = []
-        for i, method in enumerate(("add_forwards", "add_lost", "add_draft_forwards")):
+        for i, method in enumerate(("add_forwards", "add_lost", "add_draft_forwards", "add_model_forwards")):
             added = _added(now[i], self._flushed[i])
             sent.append(now[i] if not added or self.out.metric(method, added) else self._flushed[i])
         self._flushed = tuple(sent)
 
     def tick(self, now: float, final: bool = False):
-        if final and not self.forwards:
+        if final and not self.forwards and not self.runner:
             return
         forwards = self.forwards
         out = self.out
         out.emit("info", SUMMARY,
                  forwards=[{"role": r, "mode": m, "path": p, "tbo": t == "true", "count": c}
                            for (r, m, p, t), c in sorted(forwards.items())],
+                 model_forwards=[{"role": r, "mode": m, "path": p, "graph": g, "count": c}
+                                 for (r, m, p, g), c in sorted(dict(self.runner).items())],
                  captures_lost=sum(self.lost.copy().values()), findings=dict(out.findings_total),
                  internal_errors=out.errors_total)

@@ -90,10 +90,10 @@ class Values(Part):
         """Every slot on first sight and once per summary interval (on the same forward on every rank: the bucket
         comes from the wall clock), a single slot also when it moved beyond the change tolerance."""
         bucket = int(context.wall // self.config.summary_interval_s)
-        log_all = self._bucket.get(context.role) != bucket
-        self._bucket[context.role] = bucket
+        log_all = self._bucket.get((context.role, context.source)) != bucket
+        self._bucket[(context.role, context.source)] = bucket
         for fp in prints:
-            key = (fp.role, fp.slot)
+            key = (fp.role, fp.slot, context.source)
             last = self._logged.get(key)
             if not (log_all or last is None or moved(last, (fp.rms, fp.signature))):
                 continue
@@ -101,4 +101,5 @@ class Values(Part):
             self.out.emit("info", AUX_FINGERPRINT, role=fp.role, slot=fp.slot, capture_index=fp.capture_index,
                           hf_index=fp.capture_index, label=slot_label(fp, context.num_layers), mode=fp.mode,
                           step=fp.step, tokens=fp.tokens, width=fp.width, rms=fp.rms, mean=fp.mean,
-                          absmax=fp.absmax, nonfinite=fp.nonfinite, signature=[round(v, 6) for v in fp.signature])
+                          absmax=fp.absmax, nonfinite=fp.nonfinite, signature=[round(v, 6) for v in fp.signature],
+                          source=context.source)

@@ -12,6 +12,7 @@ from ...observations import RANK_LABELS, Ranks, TargetForward
 from ..values.dumps import STOP_REASONS
 from . import endpoint
 from .endpoint import series_endpoint
+from .histograms import observe_many
 from .multiprocess import GAUGE_MULTIPROCESS_MODE, mark_self_dead, remove_dead_process_gauges
 
 
@@ -50,6 +51,10 @@ class MetricsSink:
                                 "Python-level forwards of the target's inner model (DeepseekV2Model, LlamaModel, ...; "
                                 "eager steps and CUDA-graph capture runs).",
                                 ("role", "mode", "path", "tbo"))
+        self.model_forwards = counter("eagle_probe_model_forwards_total", "ModelRunner.forward calls (target and "
+                                      "draft) on every path, CUDA graphs included, by path (eager, graph_replay, "
+                                      "graph_capture) and the graph runner that replayed it (none when eager).",
+                                      ("role", "mode", "path", "graph"))
         self.layer_info = gauge("eagle_probe_capture_layer_info",
                                 "Configured aux capture slots (1 = current, 0 = replaced).",
                                 ("role", "slot", "capture_index", "hf_index", "label"))
@@ -143,6 +148,9 @@ class MetricsSink:
     def add_forwards(self, items):
         self._add(self.forwards, items)
 
+    def add_model_forwards(self, items):
+        self._add(self.model_forwards, items)
+
     def add_lost(self, items):
         self._add(self.lost, items)
 
@@ -200,7 +208,7 @@ class MetricsSink:
         for child, count in zip(per_pos, per_position):
             child.inc(count)
         for value, count in lengths.items():
-            _observe_many(histogram, value, count)
+            observe_many(histogram, value, count)
 
     def add_vocab_coverage(self, in_vocab, total, all_in_vocab, all_total):
         """Sampled verified tokens since the last flush (in the draft's vocabulary, in all), and the running share."""
@@ -233,18 +241,3 @@ class MetricsSink:
     def integration_skipped(self, integration: str, target: str):
         self._child(self.skipped, integration, target).inc()
 
-
-def _observe_many(histogram, value, count):
-    """count observations of one value. prometheus_client has no such call; its histogram child keeps a sum
-    and non-cumulative bucket values, so add to those directly, and fall back to observe() if that changes."""
-    try:
-        bounds, buckets, total = histogram._upper_bounds, histogram._buckets, histogram._sum
-    except AttributeError:
-        for _ in range(count):
-            histogram.observe(value)
-        return
-    total.inc(value * count)
-    for bound, bucket in zip(bounds, buckets):
-        if value <= bound:
-            bucket.inc(count)
-            break

@@ -2,13 +2,9 @@
 metadata. Decided from counts that are equal on every rank, never from whether this rank's writer still runs
 (all-layer taps must stay matched across ranks); the rank's writer then gets the job or not."""
 
-import os
-import time
-
-from ... import __version__
-from ...analysis.layers import capture_label
 from ...dump_format import (AUX, EXTEND_MODE, FINAL, INPUT_IDS, LAYER_PREFIX, POSITIONS, PREFIX_LENS, SEQ_LENS,
                             VERIFY_MODE)
+from .boundary import FORWARD, dump_metadata
 from .dumps import DumpJob
 from .verify_dumps import MAX_WAITING, VerifyDumpJob
 from .layer_taps import tap_layers
@@ -42,18 +38,23 @@ class DumpPlanner:
         self.counts = dict.fromkeys(self.modes, 0)  # eligible forwards per mode
         self.eligible = 0  # of EXTEND (as before verify dumps)
 
-    def plan(self, model, tp_rank, can_run_tbo: bool, writer_running: bool, mode: str = EXTEND_MODE):
-        """For an eager target forward of a dumped mode about to run: a DumpPlan, or None."""
+    def pick(self, tp_rank, writer_running: bool, mode: str = EXTEND_MODE):
+        """Count one forward of a dumped mode: a DumpPlan when it is dumped (no layer taps), else None."""
         count = self.counts[mode] = self.counts[mode] + 1
         if mode == EXTEND_MODE:
             self.eligible = count
         if (count - 1) % self.every:
             return None
-        write = writer_running and (self.ranks is None or (tp_rank or 0) in self.ranks)
-        plan = DumpPlan(write, count)
+        return DumpPlan(writer_running and (self.ranks is None or (tp_rank or 0) in self.ranks), count)
+
+    def plan(self, model, tp_rank, can_run_tbo: bool, writer_running: bool, mode: str = EXTEND_MODE):
+        """For an eager target forward of a dumped mode about to run: a DumpPlan, or None."""
+        plan = self.pick(tp_rank, writer_running, mode)
+        if plan is None:
+            return None
         if self.all_layers and not can_run_tbo:  # TBO runs its layers elsewhere: aux only then
             plan.kept, plan.untap = tap_layers(model, int(model.start_layer), int(model.end_layer),
-                                               self.layer_kwarg, keep=write)
+                                               self.layer_kwarg, keep=plan.write)
         return plan
 
 
@@ -98,22 +99,10 @@ def submit_forward(plan, static, forward_batch, input_ids, positions, layers, re
     kept = plan.kept or {}
     for index, value in sorted(kept.items()):
         tensors[f"{LAYER_PREFIX}{index}"] = value[:tokens]
-    captured = sorted(set(layers))
-    ranks = recorder.ranks
-    metadata = {
-        "format_version": 1, "probe_version": __version__, "sglang_version": recorder.sglang_version,
-        "model_class": static.model_class, "dtype": str(hidden.dtype).replace("torch.", ""), "mode": mode,
-        "step": static.forwards + 1,
-        "dump_index": plan.step, "tokens": tokens, "requests": len(tensors.get(SEQ_LENS, ())),
-        "hidden_size": int(hidden.shape[-1]), "num_layers": static.num_layers,
-        "capture_indices": captured, "hf_indices": captured,
-        "labels": [capture_label(i, static.num_layers) for i in captured],
-        "layer_indices": sorted(kept), "all_layers": bool(kept),
-        "tp_rank": None if ranks is None else ranks.tp_rank, "tp_size": None if ranks is None else ranks.tp_size,
-        "pp_rank": None if ranks is None else ranks.pp_rank, "dp_rank": None if ranks is None else ranks.dp_rank,
-        "pid": os.getpid(), "time": time.time(),
-        "dump_every": recorder.dumps.planner.every, "dump_modes": sorted(recorder.dumps.planner.modes),
-    }
+    metadata = dump_metadata(recorder, static.model_class, hidden.dtype, mode, static.forwards + 1, plan.step, tokens,
+                             len(tensors.get(SEQ_LENS, ())), hidden.shape[-1], static.num_layers,
+                             sorted(set(layers)), kept, recorder.dumps.planner)
+    metadata.update(source=FORWARD, final_hidden_state=True)
     if req_ids is None:
         job = DumpJob(tensors, metadata)
     else:

@@ -25,6 +25,7 @@ class SampleContext(NamedTuple):
     widths: Tuple[int, ...]  # per slot
     num_layers: Optional[int]
     wall: float  # time.time() of the sampled forward
+    source: str = "forward"  # where they were read: "forward" (the inner model's) or "worker" (values/boundary.py)
 
 
 class FingerprintSampler:

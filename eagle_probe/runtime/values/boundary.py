@@ -1,0 +1,164 @@
+"""Values at the EAGLE worker boundary: the packed aux states [T, K*H] the target hands the worker after each forward
+(prefill and verify), on every path, replayed graph or eager. The worker's Python runs whatever ran the target's
+forward, so fingerprints and dumps taken here exist under CUDA graphs too, where the inner-forward wrappers never
+run (a replay runs no Python of the model).
+
+What is read: CPU lists SGLang already holds (request ids, extend and prefix lengths, committed lengths), the
+tensors' shapes, and device tensors handed on by reference to the same sync-free machinery as the inner forward's
+(values/fingerprint.py reductions, values/dumps.py non-blocking host copies). Nothing is synchronised.
+
+Which source feeds values in a process (`source_of_values`): the worker, once an EAGLE draft is loaded in the process
+and both worker hooks are wrapped; else the inner forward (target-only servers, releases without the hook). The
+inner forward keeps only what it alone sees: all-layer dumps (EAGLE_PROBE_DUMP_LAYERS=all), the TBO split, forwards
+at capture. `KEEP_INNER_VALUES` (tests only) keeps both, so that the two can be compared.
+"""
+
+import os
+import time
+
+from ... import __version__
+from ...analysis.layers import capture_label
+from ...dump_format import AUX, FINAL, INPUT_IDS, POSITIONS, PREFIX_LENS, SEQ_LENS, VERIFY_MODE
+from .dumps import DumpJob
+from .sampler import SampleContext, deliver_ready
+from .verify_dumps import MAX_WAITING, VerifyDumpJob
+
+WORKER, FORWARD = "worker", "forward"  # the `source` of a fingerprint or a dump
+
+# [live]: an EAGLE draft is loaded in this process and the worker hooks are wrapped (integrations/model_runner.py)
+LIVE = [False]
+KEEP_INNER_VALUES = [False]  # tests only: the inner forward samples and dumps too, with source "forward"
+# The last eager target forward's (hidden, aux) while dumps are on: its final hidden state rows go into the worker's
+# dump of the same forward (matched by the aux tensor's storage). A replayed forward leaves nothing here.
+LAST_FORWARD = [None]
+
+
+def reset():
+    LIVE[0] = False
+    LAST_FORWARD[0] = None
+
+
+def source_of_values() -> str:
+    return WORKER if LIVE[0] else FORWARD
+
+
+def inner_values_on() -> bool:
+    """Whether the inner forward wrapper samples fingerprints and dumps aux states itself."""
+    return not LIVE[0] or KEEP_INNER_VALUES[0]
+
+
+class Handoff:
+    """One target forward's hand-off, read from the worker's arguments before it runs the draft."""
+
+    __slots__ = ("mode", "aux", "input_ids", "positions", "rows", "reqs", "seq_lens", "prefix_lens",
+                 "layers", "num_layers", "model_class")
+
+    def __init__(self, mode, aux, input_ids, positions, rows, reqs, seq_lens, prefix_lens, layers, num_layers,
+                 model_class):
+        # positions: a tensor, or a callable making it (only for a dumped forward); reqs: SGLang's Req list
+        self.mode, self.aux, self.input_ids, self.positions, self.rows = mode, aux, input_ids, positions, rows
+        self.reqs, self.seq_lens, self.prefix_lens = reqs, seq_lens, prefix_lens
+        self.layers, self.num_layers, self.model_class = layers, num_layers, model_class
+
+
+def slot_layout(aux, layers):
+    """(slots, width, capture indices per slot) of packed aux states, or None when they do not split evenly."""
+    slots = len(set(layers))
+    if aux is None or aux.dim() != 2 or not slots or aux.shape[-1] % slots:
+        return None
+    return slots, aux.shape[-1] // slots, tuple(sorted(set(layers)))
+
+
+def sample(sampler, recorder, handoff: Handoff, step: int) -> None:
+    """Queue the fingerprints of this hand-off on the first forward of a sampling interval (role target)."""
+    if sampler.inline and sampler.pending:
+        deliver_ready(sampler, recorder)
+    layout = slot_layout(handoff.aux, handoff.layers)
+    if layout is None or not handoff.rows:
+        return
+    wall = sampler.due(WORKER)  # its own interval cell: the inner forward's (role "target") is another
+    if wall is None:
+        return
+    slots, width, indices = layout
+    context = SampleContext(role="target", mode=handoff.mode, step=step, tokens=handoff.rows,
+                            capture_indices=indices, widths=(width,) * slots, num_layers=handoff.num_layers,
+                            wall=wall, source=WORKER)
+    if sampler.queue(handoff.aux[:handoff.rows], slots, width, context) and sampler.inline:
+        deliver_ready(sampler, recorder)
+
+
+def _final_rows(aux, rows):
+    """The final hidden state of the eager forward that returned `aux` (None after a replay)."""
+    last = LAST_FORWARD[0]
+    LAST_FORWARD[0] = None
+    if last is None:
+        return None
+    hidden, served = last
+    if served is None or served.data_ptr() != aux.data_ptr() or hidden.shape[0] < rows:
+        return None
+    return hidden[:rows]
+
+
+def submit_dump(recorder, planner, handoff: Handoff, step: int) -> None:
+    """Queue a dump of this hand-off when the planner picks it (counts equal on every rank)."""
+    import torch
+
+    dumps = recorder.dumps
+    final = _final_rows(handoff.aux, handoff.rows)
+    layout = slot_layout(handoff.aux, handoff.layers)
+    if layout is None or handoff.mode not in planner.modes:
+        return
+    writer = dumps.writer
+    ranks = recorder.ensure_ranks() and recorder.ranks
+    if not writer.stopped and not writer.prepared:
+        try:
+            writer.prepare()
+        except OSError as exc:
+            writer.stop("unwritable", f"{type(exc).__name__}: {exc}")
+    plan = planner.pick(ranks.tp_rank if ranks else 0, not writer.stopped, handoff.mode)
+    if plan is None or not plan.write:
+        return
+    rows = handoff.rows
+    req_ids = [req.rid for req in handoff.reqs] if handoff.mode == VERIFY_MODE else None
+    if handoff.mode == VERIFY_MODE and (not req_ids or rows % len(req_ids) or len(dumps.waiting) >= MAX_WAITING):
+        dumps.skipped("verify_unmatched")
+        return
+    positions = handoff.positions() if callable(handoff.positions) else handoff.positions
+    tensors = {AUX: handoff.aux[:rows], INPUT_IDS: handoff.input_ids[:rows], POSITIONS: positions[:rows]}
+    if final is not None:
+        tensors[FINAL] = final
+    for name, values in ((SEQ_LENS, handoff.seq_lens), (PREFIX_LENS, handoff.prefix_lens)):
+        if values is not None:
+            tensors[name] = torch.tensor(values, dtype=torch.int64)
+    slots, width, indices = layout
+    metadata = dump_metadata(recorder, handoff.model_class, handoff.aux.dtype, handoff.mode, step, plan.step, rows,
+                             len(handoff.seq_lens or ()), width, handoff.num_layers, list(indices), [], planner)
+    metadata.update(source=WORKER, final_hidden_state=final is not None)
+    if req_ids is None:
+        job = DumpJob(tensors, metadata)
+    else:
+        per = rows // len(req_ids)
+        metadata.update(req_ids=list(req_ids), rows_per_request=per, requests=len(req_ids))
+        job = VerifyDumpJob(tensors, metadata, req_ids, per)
+    if not writer.submit(job):
+        dumps.skipped("writer_behind")
+    elif req_ids is not None:
+        dumps.waiting.append(job)
+
+
+def dump_metadata(recorder, model_class, dtype, mode, step, dump_index, rows, requests, hidden_size, num_layers,
+                  captured, kept, planner) -> dict:
+    """The metadata of a dump file (docs/values.md), whichever source wrote it."""
+    ranks = recorder.ranks
+    return {
+        "format_version": 1, "probe_version": __version__, "sglang_version": recorder.sglang_version,
+        "model_class": model_class, "dtype": str(dtype).replace("torch.", ""), "mode": mode, "step": step,
+        "dump_index": dump_index, "tokens": rows, "requests": requests, "hidden_size": int(hidden_size),
+        "num_layers": num_layers, "capture_indices": captured, "hf_indices": captured,
+        "labels": [capture_label(i, num_layers) for i in captured],
+        "layer_indices": sorted(kept), "all_layers": bool(kept),
+        "tp_rank": None if ranks is None else ranks.tp_rank, "tp_size": None if ranks is None else ranks.tp_size,
+        "pp_rank": None if ranks is None else ranks.pp_rank, "dp_rank": None if ranks is None else ranks.dp_rank,
+        "pid": os.getpid(), "time": time.time(),
+        "dump_every": planner.every, "dump_modes": sorted(planner.modes),
+    }
