@@ -39,8 +39,9 @@ def test_the_real_methods_take_what_the_wrappers_read(worker_module):
 
 def test_a_method_of_another_signature_is_skipped_with_one_event_and_a_metric(worker_module, monkeypatch):
     stream, registry = io.StringIO(), prometheus_client.CollectorRegistry()
+    ranks = Ranks(tp_rank=0, tp_size=1, pp_rank=0, dp_rank=None)
     recorder = Recorder(ProbeConfig(flush_interval_s=0), rules_for(parse_version("0.5.23")), "0.5.23",
-                        LogSink(stream=stream), lambda: Ranks(tp_rank=0, tp_size=1, pp_rank=0, dp_rank=None),
+                        LogSink(stream=stream), lambda: ranks,
                         lambda ranks: MetricsSink(ranks, registry=registry))
     monkeypatch.setattr(STATE, "recorder", recorder)
     cls = worker_module.EagleDraftWorker
@@ -60,7 +61,7 @@ def test_a_method_of_another_signature_is_skipped_with_one_event_and_a_metric(wo
         assert "target_hidden_states" in skipped[0]["reason"] and skipped[0]["level"] == "warning"
         assert registry.get_sample_value("eagle_probe_integration_skipped_total", dict(
             integration="eagle_worker", target=f"{eagle_worker.WORKER_MODULE}.{eagle_worker.PREFILL_HOOK}",
-            tp_rank="0", pp_rank="0", dp_rank="")) == 1
+            **ranks.labels())) == 1
     finally:
         patcher.uninstall()
 
