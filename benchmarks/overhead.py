@@ -428,6 +428,7 @@ def slice_count_cost_us(n):
 def flush_cost_us(n):
     """One flush of everything counted (forwards, draft forwards, a verify step's acceptance), median µs: the work
     moved off the hot path, done every flush interval by the probe's background thread."""
+    from eagle_probe.observations import VerifyStep
     from eagle_probe.runtime.state import STATE
 
     recorder = STATE.recorder
@@ -436,7 +437,7 @@ def flush_cost_us(n):
         recorder.counts.cell(("target", "EXTEND", "eager", "false"))[0] += 1  # as a repeated target forward counts
         recorder.counts.cell(("target", "DECODE", "eager", "false"))[0] += 1
         recorder.draft_repeated(("DECODE", "eager", "skipped"))
-        recorder.acceptance.add([i % 3, 2, 1, 0], 2, "benchmark")
+        recorder.acceptance.add(VerifyStep([i % 3, 2, 1, 0], 2, "benchmark"))
         start = time.perf_counter_ns()
         recorder.flush_metrics()
         times.append(time.perf_counter_ns() - start)

@@ -339,7 +339,7 @@ SETTINGS = (
     Setting("EAGLE_PROBE_COLLAPSE_RATIO", "collapse_ratio", _fraction, "observed / expected mean acceptance length "
             "under this in a window is `acceptance_collapse`"),
     Setting("EAGLE_PROBE_COLLAPSE_MIN_DRAFTS", "collapse_min_drafts", _positive_int, "request-steps a window needs "
-            "before it is judged"),
+            "before it is judged (summary intervals with fewer are carried into the next window)"),
     Setting("EAGLE_PROBE_TRAINED_LAYERS", "trained_layers", _layer_spec, "the layers the draft was trained on, "
             "`hf:0,3,31` or `sglang:-1,2,30` (see doctor): enables `layer_mismatch` against what the target "
             "captures"),

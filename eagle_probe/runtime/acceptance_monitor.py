@@ -22,15 +22,17 @@ class AcceptanceMonitor:
         self.positions = 0
         self.source = ""  # the SGLang function acceptance is read from
         self._window_start: Tuple[int, dict] = (0, {})  # (steps, lengths) at the last event
-        self._queued = deque()  # [(accepted per request, positions)] not counted yet; deque: append/popleft atomic
+        self._judged_start: Tuple[int, dict] = (0, {})  # (steps, lengths) at the last collapse judgement
+        self._queued = deque()  # [VerifyStep] not counted yet; deque: append/popleft atomic
         self._counted = 0  # steps taken off the queue
         self._counting = Lock()  # the flush thread and an exit flush may count at once
 
-    def add(self, accepted: Sequence[int], positions: int, source: str) -> None:
-        """One verify step: the list SGLang made for this step is kept as it is, counted later off the hot path."""
-        self._queued.append((accepted, positions))
+    def add(self, step) -> None:
+        """One verify step (a VerifyStep): kept as it is, with the list SGLang made for it, counted later off the hot
+        path. The recorder calls this directly for every verify step (parts/acceptance.py)."""
+        self._queued.append(step)
         self.steps += 1  # after the append: a step in `steps` is always on the queue or counted
-        self.source = source
+        self.source = step.source
         if self.steps - self._counted > MAX_QUEUED:  # nothing has read the counts for long: count here
             self._count_queued(self.steps)
 
@@ -39,7 +41,8 @@ class AcceptanceMonitor:
         with self._counting:
             queued = self._queued
             while self._counted < steps:
-                self._count(*queued.popleft())
+                step = queued.popleft()
+                self._count(step.accepted, step.positions)
                 self._counted += 1
 
     def _count(self, accepted: Sequence[int], positions: int) -> None:
@@ -77,6 +80,19 @@ class AcceptanceMonitor:
         window = AcceptanceWindow.from_counts(steps - start_steps, subtract_counts(lengths, start_lengths),
                                               self.positions)
         return window if window.drafts else None
+
+    def take_judged_window(self) -> Optional[AcceptanceWindow]:
+        """The steps since the last collapse judgement, once they hold collapse_min_drafts request-steps, else None.
+        On a quiet server one summary interval may hold fewer: they are carried into the next, never dropped, so
+        that low traffic is judged too (later, over a longer window)."""
+        steps, lengths = self.snapshot()
+        start_steps, start_lengths = self._judged_start
+        window = AcceptanceWindow.from_counts(steps - start_steps, subtract_counts(lengths, start_lengths),
+                                              self.positions)
+        if window.drafts < self.config.collapse_min_drafts:
+            return None
+        self._judged_start = (steps, lengths)
+        return window
 
     def expected_length(self, window: AcceptanceWindow) -> Optional[float]:
         if self.config.draft_accuracy is None:

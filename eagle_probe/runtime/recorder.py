@@ -41,12 +41,16 @@ class Recorder:
         self._pending_skips = []
         self.parts = tuple(part(self) for part in PARTS)
         self.periodic.parts = self.parts
+        # Ranks read and start-up over: the acceptance hook then hands a verify step to `verify_handlers` itself,
+        # without the checks of verify_step (integrations/acceptance.py; a step costs microseconds at most).
+        self.settled = False
         self._routes = {}
         for part in self.parts:
             for kind in part.kinds:
                 self._routes.setdefault(kind, []).append(getattr(part, kind))
             for name, value in part.exports().items():
                 setattr(self, name, value)
+        self.verify_handlers = tuple(self._routes.get("verify_step", ()))
 
     @property
     def metrics(self):
@@ -136,6 +140,7 @@ class Recorder:
             self.ensure_ranks()
         if self._on_serving is not None:
             self._serving()
+        self.settled = self.ranks is not None and self._on_serving is None
         self.observe("verify_step", step)
         self.periodic.tick_if_due()
 

@@ -18,7 +18,7 @@ import time
 import pytest
 
 from sglang_cpu.ports import BLOCK_SIZE, SGLANG_RANDOM_PORTS, ephemeral_range
-from sglang_cpu.server import SGLangServer, bind_error_lines
+from sglang_cpu.server import STARTUP_TIMEOUT_S, SGLangServer, bind_error_lines
 
 from .conftest import AUX_ARGS, PROMPTS
 
@@ -64,7 +64,9 @@ def churned(tiny_checkpoint, tmp_path_factory):
 
     def run(i):
         try:
-            servers[i].start()
+            # twice the one-server timeout: two servers start at once here by design, the first one twice (in one
+            # whole-suite run beside other work the first took over 239 s, the second 149 s)
+            servers[i].start(timeout=2 * STARTUP_TIMEOUT_S)
             outputs[i] = [servers[i].generate(p) for p in PROMPTS]
         except Exception as exc:  # reported by the tests below
             errors[i] = exc

@@ -87,6 +87,22 @@ def test_periodic_event_and_collapse_finding_with_causes():
     assert "tbo_capture_lost" in collapse["message"]
 
 
+def test_quiet_intervals_are_carried_into_one_judged_window():
+    """Three summary intervals of 3 request-steps each, under a minimum of 8: no interval alone can be judged; the
+    third carries the first two and collapses over all 9 (on a quiet server every interval may hold too few)."""
+    recorder, stream, _, clock = make_recorder(summary_interval_s=10, draft_accuracy=(0.9,), collapse_min_drafts=8)
+    for interval in range(3):
+        recorder.verify_step(VerifyStep((0, 0, 0), 3))
+        clock[0] = 11 * (interval + 1)
+        recorder.periodic.tick_if_due()
+        collapses = [json.loads(line) for line in stream.getvalue().splitlines() if "acceptance_collapse" in line]
+        assert len(collapses) == (1 if interval == 2 else 0)
+    events = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert [e["drafts"] for e in events if e["event"] == "eagle_probe.acceptance"] == [3, 3, 3]
+    [collapse] = [e for e in events if e["event"] == "eagle_probe.finding"]
+    assert collapse["evidence"]["drafts"] == 9
+
+
 def test_no_collapse_when_acceptance_matches_training():
     recorder, stream, _, clock = make_recorder(summary_interval_s=1, draft_accuracy=(0.5,), collapse_min_drafts=1)
     recorder.verify_step(VerifyStep((1, 2, 0, 1), 2))

@@ -91,8 +91,22 @@ def retraction_wrapper(wrapped, instance, args, kwargs):
     return result
 
 
+_new_tuple = tuple.__new__  # VerifyStep(...) runs a Python __new__; this is the same tuple made in C
+
+
 def _record(accepted, positions, source, reqs=(), batch_size=0, graph=None):
-    STATE.recorder.verify_step(VerifyStep(accepted, positions, source, reqs, batch_size, graph))
+    """One verify step to the recorder's parts. Once the recorder is settled (ranks read, start-up over) the step
+    goes to the parts' handlers here: the general verify_step's checks and calls are a third of a step's cost."""
+    recorder = STATE.recorder
+    step = _new_tuple(VerifyStep, (accepted, positions, source, reqs, batch_size, graph))
+    if not recorder.settled:
+        recorder.verify_step(step)
+        return
+    for handler in recorder.verify_handlers:
+        handler(step)
+    periodic = recorder.periodic
+    if periodic.hot_ticks and periodic.clock() >= periodic.next_tick:
+        periodic.tick()
 
 
 def _v1_wrapper(target: str, site: str):
@@ -124,11 +138,16 @@ def _v2_wrapper(target: str, site: str):
             try:
                 result = args[0] if args else kwargs["result"]
                 batch = args[1] if len(args) > 1 else kwargs["batch"]
-                counts = getattr(result, _field(target))
-                live, reqs = _live(counts, batch.reqs)
+                counts = getattr(result, _fields.get(target) or _field(target))
+                reqs = batch.reqs
+                # the common case inline (no request finished, none retracted since start): _live's first branch
+                if not any(map(_finished_reason, reqs)) and not _retractions[0]:
+                    live, reqs = counts, reqs[:]
+                else:
+                    live, reqs = _live(counts, reqs)
                 if live:
-                    _record(live, _draft_positions(instance, result), target, reqs, len(counts),
-                            getattr(result, "can_run_cuda_graph", None))
+                    _record(live, _positions[0] if _positions else _draft_positions(instance, result), target, reqs,
+                            len(counts), getattr(result, "can_run_cuda_graph", None))
                     coverage = STATE.recorder.coverage
                     if coverage is not None and (now := _now()) >= coverage.next_due:
                         # the committed tokens, host lists; all live when no count was left out (the common case)

@@ -1,5 +1,6 @@
 """Per-step acceptance: counted per verify step (the hot path), sent to the series at a flush, written as one
-eagle_probe.acceptance event per summary interval with the collapse judgement on that window."""
+eagle_probe.acceptance event per summary interval, and the collapse judgement on the steps since the last judgement once
+they hold enough request-steps (a quiet interval is carried into the next)."""
 
 from ...analysis.acceptance import expected_per_position_rate
 from ...events import ACCEPTANCE
@@ -14,12 +15,10 @@ class Acceptance(Part):
         super().__init__(recorder)
         self.monitor = AcceptanceMonitor(self.config)
         self._flushed = self.monitor.snapshot()
+        self.verify_step = self.monitor.add  # the router's handler for verify steps: one call per step
 
     def exports(self) -> dict:
         return {"acceptance": self.monitor}
-
-    def verify_step(self, step):
-        self.monitor.add(step.accepted, step.positions, step.source)
 
     def flush(self, metrics):
         monitor = self.monitor
@@ -46,6 +45,7 @@ class Acceptance(Part):
         fields["total"] = {k: total[k] for k in
                            ("steps", "drafts", "accepted_tokens", "mean_accept_length", "per_position_rate")}
         self.out.emit("info", ACCEPTANCE, role="target", **fields)
-        collapse = monitor.collapse(window, self.out.seen_codes())
+        judged = monitor.take_judged_window()
+        collapse = None if judged is None else monitor.collapse(judged, self.out.seen_codes())
         if collapse is not None:
             self.out.finding(collapse, "target")

@@ -3,7 +3,7 @@
 For K slots of width H over T real tokens, one fingerprint per slot: rms, mean, absolute max, the count of
 non-finite values, and a signature (the per-channel mean projected by a seeded Gaussian matrix to SIGNATURE_SIZE
 numbers; two fingerprints of the same layer compare with cosine near 1). The device reduces over the tokens only,
-per channel (sum, absolute max, finite count) and per slot (2-norm): a few kernels whatever K, into one preallocated
+per channel (sum, sum of squares, absolute max, finite count): a few kernels whatever K, into one preallocated
 buffer copied with non_blocking=True into pinned host memory. The per-slot figures and the signature are made from
 that host copy in read(), on the flush thread, once a CUDA event recorded after the copy reports done (query(),
 never synchronize()): SGLang's overlap scheduler reads its results the same way. On the CPU the values are there at
@@ -27,13 +27,15 @@ def projection(width: int, device, seed: int = SIGNATURE_SEED):
 
 
 class Fingerprinter:
-    """Per (slots, width, device): one flat device buffer of three per-channel rows (sum, absolute max, finite
-    count) and the per-slot 2-norms, that every reduction writes into (out=, no temporaries to gather, one copy to
-    the host), and pinned host buffers used in turn. Few device ops: each costs a kernel launch on a GPU and
-    microseconds on a CPU, so what needs the slots (their totals, the projection) is done on the host. Each slot's
-    numbers come from the same operations in the same order as every other slot's, so two slots holding the same
-    states give bit-identical fingerprints (for widths that are a multiple of 8, as every served model's: a CPU's
-    vector loop sums a column that starts off that grid in another order)."""
+    """Per (slots, width, device): one flat device buffer of four per-channel rows (sum, sum of squares, absolute
+    max, finite count) that every reduction writes into (out=, no temporaries to gather, one copy to the host), and
+    pinned host buffers used in turn. Few device ops: each costs a kernel launch on a GPU and microseconds on a CPU,
+    so what needs the slots (their totals, the 2-norms, the projection) is done on the host. Each slot's numbers come
+    from the same operations in the same order as every other slot's, so two slots holding the same states give
+    bit-identical fingerprints (for widths that are a multiple of 8, as every served model's: a CPU's vector loop
+    sums a column that starts off that grid in another order)."""
+
+    ROWS = 4  # sum, sum of squares, absolute max, finite count: per channel
 
     def __init__(self, slots: int, width: int, device):
         import torch
@@ -42,8 +44,8 @@ class Fingerprinter:
         self._torch = torch
         self._cuda = device.type == "cuda"
         channels = slots * width
-        self._flat = torch.empty(3 * channels + slots, dtype=torch.float32, device=device)
-        self._rows = tuple(self._flat[i * channels:(i + 1) * channels] for i in range(3)) + (self._flat[3 * channels:],)
+        self._flat = torch.empty(self.ROWS * channels, dtype=torch.float32, device=device)
+        self._rows = tuple(self._flat[i * channels:(i + 1) * channels] for i in range(self.ROWS))
         self.host_buffers = [torch.empty(self._flat.shape, dtype=torch.float32, pin_memory=self._cuda)
                              for _ in range(HOST_BUFFERS)]
         self._projection = None  # float64 [width, SIGNATURE_SIZE] in host memory, made on the first read (flush thread)
@@ -56,26 +58,21 @@ class Fingerprinter:
         if not self._free:
             return None
         torch = self._torch
-        total, absmax, finite, norm = self._rows
+        total, squares, absmax, finite = self._rows
         tokens = states.shape[0]
         x = states if states.dim() == 2 else states.reshape(tokens, -1)
-        # Per channel, a reduction over dim 0 of the 2-D states is the cheap one; the 2-norm per channel is not (a
-        # slow path on the CPU), so it is taken per slot over (tokens, channels).
-        if x.dtype == torch.float32:
-            torch.sum(x, 0, out=total)
-            torch.linalg.vector_norm(x.reshape(tokens, self.slots, self.width), 2, (0, 2), out=norm)
-            magnitude = torch.abs(x)
-            torch.amax(magnitude, 0, out=absmax)
-        else:  # accumulate in float32; the largest magnitude is exact in its own dtype
-            torch.sum(x, 0, dtype=torch.float32, out=total)
-            torch.linalg.vector_norm(x.reshape(tokens, self.slots, self.width), 2, (0, 2), dtype=torch.float32,
-                                     out=norm)
-            magnitude = torch.abs(x)
-            absmax.copy_(torch.amax(magnitude, 0))
         largest = self._largest.get(x.dtype)
         if largest is None:
-            largest = self._largest[x.dtype] = torch.tensor(torch.finfo(x.dtype).max, dtype=x.dtype,
+            largest = self._largest[x.dtype] = torch.tensor(torch.finfo(x.dtype).max, dtype=torch.float32,
                                                             device=x.device)
+        if x.dtype != torch.float32:
+            x = x.float()  # exact for bf16 and fp16: every figure accumulates in float32
+        # Reductions over dim 0 of the 2-D states only: per channel they are the cheap ones on every device (a 2-norm
+        # per slot over (tokens, channels) took three times a sum on the CPU); the slots' norms are summed on the host.
+        torch.sum(x, 0, out=total)
+        torch.sum(torch.mul(x, x), 0, out=squares)
+        magnitude = torch.abs(x)
+        torch.amax(magnitude, 0, out=absmax)
         # NaN compares false and inf exceeds the dtype's largest value: both fall outside this count (1.0 per finite
         # value, written over the magnitudes, which are read by now).
         torch.sum(magnitude.le_(largest), 0, dtype=torch.float32, out=finite)
@@ -121,8 +118,7 @@ class PendingRead:
         owner = self.owner
         slots, width = owner.slots, owner.width
         # pinned host memory, already written: no device access; float64 copies, then the buffer is free again
-        values = self.host.numpy().astype(numpy.float64)
-        rows, norms = values[:3 * slots * width].reshape(3, slots, width), values[3 * slots * width:]
+        rows = self.host.numpy().astype(numpy.float64).reshape(owner.ROWS, slots, width)
         owner.release(self.host)
         tokens = max(self.tokens, 1)
         count = self.tokens * width
@@ -130,8 +126,8 @@ class PendingRead:
         matrix = owner.host_projection()
         out = []
         for slot in range(slots):
-            total, absmax, finite = rows[0, slot], rows[1, slot], rows[2, slot]
+            total, squares, absmax, finite = rows[0, slot], rows[1, slot], rows[2, slot], rows[3, slot]
             signature = numpy.dot(total / tokens, matrix)  # the projection of the per-channel means
-            out.append((float(norms[slot]) * math.sqrt(per_value), float(total.sum()) * per_value,
+            out.append((math.sqrt(float(squares.sum()) * per_value), float(total.sum()) * per_value,
                         float(absmax.max()), count - int(finite.sum()), tuple(signature.tolist())))
         return out
