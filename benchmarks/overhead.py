@@ -28,6 +28,11 @@ EAGLE_PROBE_COVERAGE_INTERVAL_S, 0.1 s): the hook returns 3 committed tokens a r
 and the draft's hot vocabulary is 32 000 of 128 256 ids; what sampling adds to a verify step, paired (the same probed
 step with its sample due and not, interleaved), the figure amortised with the fingerprints; beside it, the flush
 thread's count of one sampled step of the largest batch (context, no budget).
+Decode step (issue 26): the two other hooks every decode step runs on every path, CUDA graphs included, hot, per call:
+ModelRunner.forward's (forward counts and path) and the EAGLE worker's hand-off after verify (worker boundary live,
+no fingerprint due); then every hook of one decode step summed (SPEC_STEPS speculative steps), under CUDA graphs and
+eager, beside its share of a 10 ms GPU step. The fingerprint figure is the worker boundary's sample as well: it queues
+the same reductions on the aux states the target hands the worker.
 Flush: one flush of everything counted (the probe's own thread, once per flush interval).
 Load (issue 19): eagle_probe.install() with SGLang's model registry imported, i.e. the registry scan and the wrapping
 of every target class found (best of 5, in ms; budget 50 ms per process, absolute: it happens once).
@@ -444,6 +449,82 @@ def flush_cost_us(n):
     return statistics.median(times) / 1000
 
 
+SPEC_STEPS = 3  # speculative_num_steps of the decode step summed below (a common EAGLE-3 setting: 3 steps, topk 1)
+GPU_STEP_US = 10_000.0  # a decode step on a GPU (issue 26): the share printed for the probe's whole cost of one
+
+
+def step_hooks_us(runner, model, n):
+    """Hot added us per call of the two other hooks every decode step runs on every path, CUDA graphs included:
+    ModelRunner.forward's (forward counts and path; the model runner is a stand-in holding what the wrapper reads, the
+    batch SGLang's real ForwardBatch) and the EAGLE worker's hand-off after verify (`_draft_extend_for_decode`, with
+    the worker boundary live and no fingerprint due: the common step; real ScheduleBatch, GenerationBatchResult and
+    LogitsProcessorOutput, the worker a stand-in that leads to the real target model)."""
+    from array import array
+    from types import SimpleNamespace
+
+    import torch
+    from sglang.srt.layers.logits_processor import LogitsProcessorOutput
+    from sglang.srt.managers.schedule_batch import Req, ScheduleBatch
+    from sglang.srt.managers.utils import GenerationBatchResult
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+    from sglang.srt.sampling.sampling_params import SamplingParams
+
+    from eagle_probe.runtime.integrations import eagle_worker, runner_paths
+    from eagle_probe.runtime.state import STATE
+    from eagle_probe.runtime.values import boundary
+
+    def returns(*a, **k):
+        return None
+
+    runner_paths._statement[0] = True  # the start-up statement: once per process, not per forward
+    forward_batch = prepare(runner)["TARGET_VERIFY"]
+    model_runner = SimpleNamespace(is_draft_worker=False)
+    bare, probed = paired_median_ns(lambda: returns(forward_batch),
+                                    lambda: runner_paths.model_runner_forward_wrapper(returns, model_runner,
+                                                                                      (forward_batch,), {}), n)
+    runner_forward = (probed - bare) / 1000
+    worker = SimpleNamespace(target_worker=SimpleNamespace(model_runner=SimpleNamespace(model=model)))
+    reqs = [Req(f"w{i}", "", array("i", [1, 2, 3]), SamplingParams(max_new_tokens=64)) for i in range(16)]
+    batch = ScheduleBatch(reqs=reqs)
+    batch.forward_mode = ForwardMode.DECODE
+    result = GenerationBatchResult()
+    result.logits_output = LogitsProcessorOutput(next_token_logits=None,
+                                                 hidden_states=torch.zeros(4 * len(reqs), 3 * model.config.hidden_size))
+    sampler = STATE.recorder.fingerprints
+    live = boundary.LIVE[0]
+    boundary.LIVE[0] = True
+    try:
+        if sampler is not None:
+            sampler.due_cell(boundary.WORKER)[0] = NEVER  # not due: the step every other step of an interval is
+        errors = STATE.recorder.out.errors_total
+        args = (batch, result)
+        bare, probed = paired_median_ns(lambda: returns(*args),
+                                        lambda: eagle_worker.decode_wrapper(returns, worker, args, {}), n)
+        if STATE.recorder.out.errors_total != errors:
+            raise SystemExit("the worker hand-off hook counted internal errors: the figure would not be its path's")
+    finally:
+        boundary.LIVE[0] = live
+        if sampler is not None:
+            sampler.due_cell(boundary.WORKER)[0] = 0.0
+    return runner_forward, (probed - bare) / 1000
+
+
+def decode_step_rows(figures):
+    """[(batch, graph path us, eager path us)]: every hook one decode step runs, summed. Under CUDA graphs (the
+    deployed path): the acceptance hook, the worker hand-off, ModelRunner.forward once for the target's verify and
+    SPEC_STEPS + 1 times for the draft (its steps and its extend), and the fingerprints amortised per forward. Eager
+    adds the target's inner forward (in situ) and the draft's forward wrapper per draft forward."""
+    runner_forwards = 1 + SPEC_STEPS + 1
+    rows = []
+    for batch, verify in figures["verify_step_us"].items():
+        graph = (verify + figures["worker_handoff_us"] + runner_forwards * figures["runner_forward_us"]
+                 + figures["fingerprint_amortised_us"])
+        eager = (graph + figures["target_forward_in_situ_us"]["TARGET_VERIFY"]
+                 + (SPEC_STEPS + 1) * figures["draft_forward_us"])
+        rows.append((batch, round(graph, 2), round(eager, 2)))
+    return rows
+
+
 FINGERPRINT_SHAPES = ((3, 7168, 8), (3, 7168, 512), (3, 64, 8))  # slots, width, tokens (DeepSeek-V3, the tiny model)
 FORWARDS_PER_S = 50  # a busy rank's target forwards per second, for the amortised figure
 COVERAGE_SAMPLES_PER_S = 10  # sampled verify steps a second at the default EAGLE_PROBE_COVERAGE_INTERVAL_S (0.1 s)
@@ -609,6 +690,17 @@ def main():
           f"the default 1 s interval and {FORWARDS_PER_S} forwards/s: {figures['fingerprint_amortised_us']:.2f} us per "
           f"forward for this benchmark's model (3 x 64); any shape: its queue above / {FORWARDS_PER_S} (on a GPU the "
           f"reductions are a few memory passes over the aux states)")
+    figures["runner_forward_us"], figures["worker_handoff_us"] = (round(v, 2) for v in step_hooks_us(runner, model,
+                                                                                                     3000))
+    print(f"\nModelRunner.forward (forward counts, every path): {figures['runner_forward_us']:.2f} us a forward; "
+          f"worker hand-off after verify (not due): {figures['worker_handoff_us']:.2f} us a step")
+    figures["decode_step_us"] = {}
+    print(f"whole probe cost of one decode step ({SPEC_STEPS} speculative steps; every hook summed), and its share of "
+          f"a {GPU_STEP_US / 1000:.0f} ms GPU step")
+    print(f"{'batch':>7}{'CUDA graphs us':>16}{'share':>9}{'eager us':>11}{'share':>9}")
+    for batch, graph, eager in decode_step_rows(figures):
+        figures["decode_step_us"][batch] = {"graph": graph, "eager": eager}
+        print(f"{batch:>7}{graph:>16.2f}{graph / GPU_STEP_US:>9.3%}{eager:>11.2f}{eager / GPU_STEP_US:>9.3%}")
     eagle_probe.uninstall()
     print(f"probe logs: {log_dir}")
     load_ms, classes, wrapped = load_cost_ms()
