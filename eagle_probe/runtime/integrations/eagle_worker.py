@@ -190,9 +190,9 @@ def decode_wrapper(wrapped, instance, args, kwargs):
 
 INTEGRATION = Integration("eagle_worker", (
     PatchTarget(WORKER_MODULE, PREFILL_HOOK, prefill_wrapper,
-                accepts=lambda f: leading_params(f, PREFILL_PARAMS),
+                accepts=lambda f: leading_params(f, PREFILL_PARAMS), rows_only=True,
                 observes="fingerprints and dumps of the aux states prefill hands the draft, under CUDA graphs"),
     PatchTarget(WORKER_MODULE, DECODE_HOOK, decode_wrapper,
-                accepts=lambda f: leading_params(f, DECODE_PARAMS),
+                accepts=lambda f: leading_params(f, DECODE_PARAMS), rows_only=True,
                 observes="fingerprints and dumps of the aux states verify hands the draft, under CUDA graphs"),
 ), reset=boundary.reset)

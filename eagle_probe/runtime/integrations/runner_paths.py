@@ -67,6 +67,6 @@ def model_runner_forward_wrapper(wrapped, instance, args, kwargs):
 INTEGRATION = Integration("runner_paths", (
     PatchTarget(MODEL_RUNNER, "ModelRunner.forward", model_runner_forward_wrapper,
                 observes="forward counts and the path mix (eager, graph replay, graph capture)"),
-    *(PatchTarget(module, qualname, _graph_wrapper(kind), observes=f"which forwards replay the {kind}")
+    *(PatchTarget(module, qualname, _graph_wrapper(kind), observes=f"which forwards replay the {kind}", rows_only=True)
       for module, qualname, kind in GRAPH_ENTRIES),
 ), reset=reset)
