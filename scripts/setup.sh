@@ -1,28 +1,55 @@
 #!/usr/bin/env bash
 # Create or reuse a virtual environment with a pinned SGLang release (CPU-capable) and this project in it.
-#   bash scripts/setup.sh          -> .venv/        SGLang 0.5.23 (the main one)
-#   bash scripts/setup.sh 0.5.8    -> .venv-0.5.8/  SGLang 0.5.8 (the oldest supported release's test tier), and
-#                                     .venv-0.5.8/outside-range/ with SGLang 0.5.7 (the release before the range)
+#   bash scripts/setup.sh          -> .venv/        SGLang 0.5.23 (the main one, about 6 GB: torch's CUDA libraries)
+#   bash scripts/setup.sh 0.5.8    -> .venv-0.5.8/  SGLang 0.5.8 (the oldest supported release's test tier, about
+#                                     0.3 GB), and .venv-0.5.8/outside-range/ with SGLang 0.5.7 (the release before
+#                                     the range). It sets up .venv first and reads torch and the other shared
+#                                     packages from it (a .pth line after its own site-packages), so that only what
+#                                     0.5.8 pins differently (transformers, openai, ...) is installed twice.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 release=${1:-0.5.23}
 extra=()
 case "$release" in
-  0.5.23) venv=.venv ;;
-  0.5.8) venv=.venv-0.5.8; extra=(requirements/sglang-outside-range.txt) ;;
+  0.5.23) venv=.venv; need_gb=9 ;;  # the venv plus pip's unpacked downloads of torch and the nvidia libraries
+  0.5.8) venv=.venv-0.5.8; need_gb=1; extra=(requirements/sglang-outside-range.txt) ;;
   *) echo "eagle-probe setup: unknown release '$release' (accepted: 0.5.23, 0.5.8)" >&2; exit 2 ;;
 esac
+[ "$release" = 0.5.8 ] && bash scripts/setup.sh  # the shared packages come from .venv
 runtime=requirements/runtime-$release.txt
 nodeps=requirements/sglang-$release-nodeps.txt
 docs=()  # the documentation site's tools (mkdocs build --strict runs in the test command) go into the main venv
 [ "$release" = 0.5.23 ] && docs=(requirements/docs.txt)
 PY=${PYTHON:-python3}
 stamp=$venv/.eagle-probe-setup
-want=$(cat "$runtime" "$nodeps" "${extra[@]}" "${docs[@]}" setup.cfg pyproject.toml | sha256sum | cut -d' ' -f1)
+shared_stamp=()
+[ "$release" = 0.5.8 ] && shared_stamp=(.venv/.eagle-probe-setup)
+want=$(cat "$runtime" "$nodeps" "${extra[@]}" "${docs[@]}" "${shared_stamp[@]}" setup.cfg pyproject.toml \
+       | sha256sum | cut -d' ' -f1)
 if [ -x "$venv/bin/python" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi
-[ -x "$venv/bin/python" ] || "$PY" -m venv "$venv"
+# pip keeps no copy of the downloads (several GB of CUDA libraries) and says plainly when the disk is too full.
+export PIP_NO_CACHE_DIR=${PIP_NO_CACHE_DIR:-1}
+for dir in . "${TMPDIR:-/tmp}"; do
+  free_kb=$(df -Pk "$dir" | awk 'NR == 2 {print $4}')
+  if [ "$free_kb" -lt $((need_gb * 1024 * 1024)) ]; then
+    echo "eagle-probe setup: $(readlink -f "$dir") has $((free_kb / 1024)) MB free; installing SGLang $release" \
+         "into $venv needs about $need_gb GB there. Free some space (or point TMPDIR elsewhere) and rerun." >&2
+    exit 1
+  fi
+done
+if [ "$release" = 0.5.8 ] && [ -d "$venv" ] && [ ! -f "$venv/.eagle-probe-shared" ]; then
+  rm -rf "$venv"  # a full venv from before the shared layout: rebuilt in the shared layout (about 30 s)
+fi
+if [ ! -x "$venv/bin/python" ]; then
+  "$PY" -m venv "$venv"
+  if [ "$release" = 0.5.8 ]; then
+    site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+    .venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' > "$site/_eagle_probe_shared.pth"
+    touch "$venv/.eagle-probe-shared"
+  fi
+fi
 log=$(mktemp)
 pip_q() {
   if ! "$venv/bin/python" -m pip install --disable-pip-version-check -q "$@" >"$log" 2>&1; then
