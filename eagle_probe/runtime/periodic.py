@@ -58,7 +58,8 @@ class Periodic:
             self._tick_lock.release()
 
     def tick_if_due(self):
-        """After an observation off the per-forward path (the target wrapper and the forward counts inline this)."""
+        """After an observation off the per-forward path (the hot paths inline this: the target wrapper, the forward
+        counts and the settled verify step in integrations/acceptance.py)."""
         if self.hot_ticks and self.clock() >= self.next_tick:
             self.tick()
 

@@ -139,12 +139,7 @@ def _v2_wrapper(target: str, site: str):
                 result = args[0] if args else kwargs["result"]
                 batch = args[1] if len(args) > 1 else kwargs["batch"]
                 counts = getattr(result, _fields.get(target) or _field(target))
-                reqs = batch.reqs
-                # the common case inline (no request finished, none retracted since start): _live's first branch
-                if not any(map(_finished_reason, reqs)) and not _retractions[0]:
-                    live, reqs = counts, reqs[:]
-                else:
-                    live, reqs = _live(counts, reqs)
+                live, reqs = _live(counts, batch.reqs)
                 if live:
                     _record(live, _positions[0] if _positions else _draft_positions(instance, result), target, reqs,
                             len(counts), getattr(result, "can_run_cuda_graph", None))

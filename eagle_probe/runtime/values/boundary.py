@@ -21,7 +21,7 @@ from ...analysis.layers import capture_label
 from ...dump_format import AUX, FINAL, INPUT_IDS, POSITIONS, PREFIX_LENS, SEQ_LENS, VERIFY_MODE
 from .dumps import DumpJob
 from .sampler import SampleContext, deliver_ready
-from .verify_dumps import MAX_WAITING, VerifyDumpJob
+from .verify_dumps import VerifyDumpJob, unmatched_verify
 
 WORKER, FORWARD = "worker", "forward"  # the `source` of a fingerprint or a dump
 
@@ -108,19 +108,13 @@ def submit_dump(recorder, planner, handoff: Handoff, step: int) -> None:
     layout = slot_layout(handoff.aux, handoff.layers)
     if layout is None or handoff.mode not in planner.modes:
         return
-    writer = dumps.writer
     ranks = recorder.ensure_ranks() and recorder.ranks
-    if not writer.stopped and not writer.prepared:
-        try:
-            writer.prepare()
-        except OSError as exc:
-            writer.stop("unwritable", f"{type(exc).__name__}: {exc}")
-    plan = planner.pick(ranks.tp_rank if ranks else 0, not writer.stopped, handoff.mode)
+    plan = planner.pick(ranks.tp_rank if ranks else 0, dumps.writer.usable(), handoff.mode)
     if plan is None or not plan.write:
         return
     rows = handoff.rows
     req_ids = [req.rid for req in handoff.reqs] if handoff.mode == VERIFY_MODE else None
-    if handoff.mode == VERIFY_MODE and (not req_ids or rows % len(req_ids) or len(dumps.waiting) >= MAX_WAITING):
+    if handoff.mode == VERIFY_MODE and unmatched_verify(dumps.waiting, rows, req_ids):
         dumps.skipped("verify_unmatched")
         return
     positions = handoff.positions() if callable(handoff.positions) else handoff.positions
@@ -140,7 +134,7 @@ def submit_dump(recorder, planner, handoff: Handoff, step: int) -> None:
         per = rows // len(req_ids)
         metadata.update(req_ids=list(req_ids), rows_per_request=per, requests=len(req_ids))
         job = VerifyDumpJob(tensors, metadata, req_ids, per)
-    if not writer.submit(job):
+    if not dumps.writer.submit(job):
         dumps.skipped("writer_behind")
     elif req_ids is not None:
         dumps.waiting.append(job)

@@ -6,7 +6,7 @@ from ...dump_format import (AUX, EXTEND_MODE, FINAL, INPUT_IDS, LAYER_PREFIX, PO
                             VERIFY_MODE)
 from .boundary import FORWARD, dump_metadata
 from .dumps import DumpJob
-from .verify_dumps import MAX_WAITING, VerifyDumpJob
+from .verify_dumps import VerifyDumpJob, unmatched_verify
 from .layer_taps import tap_layers
 from .sampler import packed_aux, real_tokens
 
@@ -65,15 +65,8 @@ def plan_forward(model, static, forward_batch, can_run_tbo: bool, capturing: boo
     dumps = recorder.dumps
     if capturing or static.role != "target" or mode not in dumps.planner.modes:
         return None
-    writer = dumps.writer
     ranks = recorder.ensure_ranks() and recorder.ranks
-    if not writer.stopped and not writer.prepared:
-        try:
-            writer.prepare()
-        except OSError as exc:
-            writer.stop("unwritable", f"{type(exc).__name__}: {exc}")
-    tp_rank = ranks.tp_rank if ranks else 0
-    return dumps.planner.plan(model, tp_rank, can_run_tbo, not writer.stopped, mode)
+    return dumps.planner.plan(model, ranks.tp_rank if ranks else 0, can_run_tbo, dumps.writer.usable(), mode)
 
 
 def submit_forward(plan, static, forward_batch, input_ids, positions, layers, result, recorder):
@@ -89,8 +82,8 @@ def submit_forward(plan, static, forward_batch, input_ids, positions, layers, re
                POSITIONS: positions[:tokens]}
     mode = forward_batch.forward_mode.name
     req_ids = getattr(forward_batch, "rids", None) if mode == VERIFY_MODE else None
-    if mode == VERIFY_MODE and (not req_ids or tokens % len(req_ids) or len(recorder.dumps.waiting) >= MAX_WAITING):
-        recorder.dumps.skipped("verify_unmatched")  # no request ids, rows not one chain per request, or too many
+    if mode == VERIFY_MODE and unmatched_verify(recorder.dumps.waiting, tokens, req_ids):
+        recorder.dumps.skipped("verify_unmatched")
         return
     for name in (SEQ_LENS, PREFIX_LENS):
         values = getattr(forward_batch, f"{name}_cpu", None)

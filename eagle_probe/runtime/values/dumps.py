@@ -109,6 +109,16 @@ class DumpWriter:
             raise PermissionError(f"{self.directory} is not a writable directory")
         self.prepared = True
 
+    def usable(self) -> bool:
+        """Whether jobs may be submitted: the directory is prepared on the first call, and a directory that cannot
+        be used stops the writer with its reason instead of raising into the forward."""
+        if not self.stopped and not self.prepared:
+            try:
+                self.prepare()
+            except OSError as exc:
+                self.stop("unwritable", f"{type(exc).__name__}: {exc}")
+        return not self.stopped
+
     def submit(self, job: DumpJob) -> bool:
         if self.stopped:
             return False

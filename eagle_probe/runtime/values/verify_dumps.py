@@ -21,6 +21,12 @@ MAX_WAITING = 4  # dumped verify forwards awaiting resolution at once (more are 
 V1, V2 = "v1", "v2"
 
 
+def unmatched_verify(waiting: list, rows: int, req_ids) -> bool:
+    """A verify forward cannot be dumped: no request ids, rows that are not one chain per request, or too many
+    dumped verify forwards already awaiting resolution."""
+    return not req_ids or rows % len(req_ids) != 0 or len(waiting) >= MAX_WAITING
+
+
 def _row0_matches(worker: str, length: int, accepted: int, p0: int) -> bool:
     return length - 1 == p0 if worker == V2 else length - accepted - 2 == p0
 
