@@ -137,20 +137,18 @@ class DumpWriter:
             self._on_stop(reason, error)
 
     def drain(self, timeout_s: float = 10.0):
-        """Wait (bounded) until queued jobs are written: at uninstall and exit."""
+        """Wait (bounded) until every submitted job is written or dropped: at uninstall and exit. The queue counts a
+        job from its put to the writer's task_done, under its own lock: a job the writer has taken off the queue but
+        not yet written still counts (an empty queue alone would not say so)."""
         deadline = time.monotonic() + timeout_s
-        while not self._queue.empty() or self._busy():
+        while self._queue.unfinished_tasks:
             if time.monotonic() > deadline:
                 return
             time.sleep(_POLL_S)
 
-    def _busy(self):
-        return getattr(self, "_writing", False)
-
     def _run(self):
         while True:
             job = self._queue.get()
-            self._writing = True
             try:
                 while not job.ready():
                     time.sleep(_POLL_S)  # polled: the device is never synchronised
@@ -162,7 +160,7 @@ class DumpWriter:
                 if self._on_error is not None:
                     self._on_error(exc)
             finally:
-                self._writing = False
+                self._queue.task_done()
 
     def _write(self, job: DumpJob):
         from safetensors.torch import save
