@@ -16,7 +16,7 @@ import math
 from typing import Dict, Optional, Sequence
 
 from .findings import ACCEPTANCE_BIMODAL, CODES, Finding
-from .slices import REQUEST_LENGTH_BOUNDS, REQUEST_LENGTH_BUCKETS
+from .slices import DIMENSIONS, REQUEST_LENGTH_BOUNDS, REQUEST_LENGTH_BUCKETS
 
 MIN_REQUESTS = 20
 VALLEY = 0.5
@@ -77,9 +77,9 @@ def bimodal_finding(result: dict, histogram: Dict[str, int], low_slices: Sequenc
         explained = " Slices below the rest: " + ", ".join(
             f"{i['dimension']} = {i['bucket']}" for i in low_slices) + " (acceptance_slice_low)."
     else:
-        explained = (" No slice the probe counts explains it (sequence position, batch, cached prefix, path, first "
-                     "step): look at what the failing requests share (entry point, chat template, thinking, "
-                     "sampling, language or domain) against the draft's training data.")
+        explained = (f" No slice the probe counts explains it ({', '.join(DIMENSIONS)}): look at what the failing "
+                     "requests share (entry point, chat template, language or domain) against the draft's training "
+                     "data.")
     message = (f"{where}: the accept length of finished requests is bimodal: {result['low_requests']} of "
                f"{result['requests']} around {result['low_peak']} tokens per step, {result['high_requests']} around "
                f"{result['high_peak']}, and {result['valley_requests']} between ({shown}; rule: {result['rule']}). A "

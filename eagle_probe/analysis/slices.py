@@ -6,7 +6,11 @@ Each request-step of a verify step (one request's draft chain checked once) is c
 - batch: requests in the verify step (the running batch), log2 buckets;
 - cached_prefix: whether the request's prefill found a cached prefix (SGLang's Req.cached_tokens > 0);
 - path: the verify forward ran as a CUDA graph or eagerly (SGLang's can_run_cuda_graph for that step);
-- step: the request's first verify step after its prefill, or a later one.
+- step: the request's first verify step after its prefill, or a later one;
+- sampling: the request's sampling as the scheduler runs it: greedy (SGLang turns temperature 0 into top_k 1), else
+  its temperature in buckets;
+- thinking: whether the request asked for reasoning (SGLang's Req.require_reasoning, set by the chat handler when
+  the template turns thinking on for a reasoning model): on or off.
 So in each dimension the slices' counts add up to the totals. A slice keeps request-steps per accepted length
 (0..positions), from which its per-position acceptance follows as in analysis.acceptance. All label sets are fixed.
 
@@ -34,8 +38,10 @@ BATCH_BUCKETS = ("1", "2-3", "4-7", "8-15", "16-31", "32-63", "64-127", "128-255
 CACHED_BUCKETS = ("yes", "no", UNKNOWN)
 PATH_BUCKETS = ("graph", "eager", UNKNOWN)
 STEP_BUCKETS = ("first", "later", UNKNOWN)
+SAMPLING_BUCKETS = ("greedy", "temp<=0.5", "temp<=1", "temp>1", UNKNOWN)
+THINKING_BUCKETS = ("on", "off", UNKNOWN)
 DIMENSIONS = {"position": POSITION_BUCKETS, "batch": BATCH_BUCKETS, "cached_prefix": CACHED_BUCKETS,
-              "path": PATH_BUCKETS, "step": STEP_BUCKETS}
+              "path": PATH_BUCKETS, "step": STEP_BUCKETS, "sampling": SAMPLING_BUCKETS, "thinking": THINKING_BUCKETS}
 
 # Accept length per request (1 + its accepted drafts / its verify steps), upper bounds of the histogram's buckets.
 REQUEST_LENGTH_BOUNDS = (1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 8.0, math.inf)
@@ -69,6 +75,19 @@ def batch_bucket(size: int) -> str:
 def path_bucket(graph: Optional[bool]) -> str:
     """SGLang's can_run_cuda_graph: a bool; anything else is not known (and never evaluated: no device read)."""
     return "graph" if graph is True else ("eager" if graph is False else UNKNOWN)
+
+
+def sampling_bucket(top_k, temperature) -> str:
+    """From SGLang's sampling parameters after its normalisation (temperature 0 becomes top_k 1, temperature 1)."""
+    if top_k == 1 and not isinstance(top_k, bool):
+        return "greedy"
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature >= 0:
+        return UNKNOWN
+    return "temp<=0.5" if temperature <= 0.5 else ("temp<=1" if temperature <= 1 else "temp>1")
+
+
+def thinking_bucket(require_reasoning) -> str:
+    return "on" if require_reasoning is True else ("off" if require_reasoning is False else UNKNOWN)
 
 
 def request_length_bucket(length: float) -> str:
@@ -152,6 +171,11 @@ _CAUSES = {
     "path": "a gap between CUDA-graph and eager verify forwards points at state the graph captured once",
     "step": "a low first decode step points at what the draft is handed after prefill (its hidden states, "
             "its KV of the prompt)",
+    "sampling": "acceptance that depends on the sampling settings points at traffic sampled unlike the draft's "
+                "training data (a draft trained on greedy outputs served at temperature 1, or the reverse): train "
+                "or evaluate the draft with the sampling it is served with",
+    "thinking": "acceptance that differs with thinking on or off points at a draft trained on one mode only "
+                "(thinking traces against direct answers): train it on both, or serve the mode it was trained on",
     "dp_rank": "one data-parallel rank accepting less than the others points at that rank's own state (the aux "
                "states its attention group hands the draft, the draft group it runs in) or at traffic its requests "
                "alone carry; compare that rank's fingerprints and capture configuration with the others'",

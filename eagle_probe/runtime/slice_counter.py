@@ -6,7 +6,8 @@ thread, a flush, an event tick), in step order, from a table of the running requ
 is read later valid: a request's sequence position is its prompt length + 1 (the token its prefill produced) plus,
 per counted step, its accepted drafts + the bonus token; its first counted step is its first verify step after
 prefill; its cached prefix is read once, at first sight (SGLang sets Req.cached_tokens in prefill and never after).
-Only immutable facts are read from the request objects: the prompt's length, cached_tokens, whether it finished.
+Only immutable facts are read from the request objects: the prompt's length, cached_tokens, its sampling
+parameters and require_reasoning (at first sight), whether it finished.
 """
 
 from collections import Counter, deque
@@ -41,13 +42,21 @@ def _position_label(position: int):
     return label, (float("inf") if position >= S.POSITION_TOP else 1 << position.bit_length())
 
 
+def _traffic(req) -> tuple:
+    """(sampling bucket, thinking bucket): fixed for the request's life (SGLang normalised its sampling at arrival)."""
+    params = getattr(req, "sampling_params", None)
+    return (S.sampling_bucket(getattr(params, "top_k", None), getattr(params, "temperature", None)),
+            S.thinking_bucket(getattr(req, "require_reasoning", None)))
+
+
 def _track(req) -> list:
     """A request's row: [req, next position, verify steps, accepted drafts, cached bucket, position bucket, next
-    bucket's first position]; its position starts at its prompt + the token its prefill produced."""
+    bucket's first position, (sampling, thinking) buckets]; its position starts at its prompt + the token its prefill
+    produced."""
     prompt = _prompt_length(req)
     if prompt is None:
-        return [req, None, 0, 0, _cached(req), S.UNKNOWN, float("inf")]
-    return [req, prompt + 1, 0, 0, _cached(req), *_position_label(prompt + 1)]
+        return [req, None, 0, 0, _cached(req), S.UNKNOWN, float("inf"), _traffic(req)]
+    return [req, prompt + 1, 0, 0, _cached(req), *_position_label(prompt + 1), _traffic(req)]
 
 
 class SliceCounter:
@@ -116,9 +125,10 @@ class SliceCounter:
 
     def _fold(self, steps: Counter, requests: Counter) -> None:
         """One count's tallies into the per-slice counts: steps {(batch, path, length): n} and requests
-        {(position, cached prefix, first or later, length): n}."""
+        {(position, cached prefix, first or later, sampling, thinking, length): n}."""
         counts = self.counts
-        for dimensions, tally in ((("batch", "path"), steps), (("position", "cached_prefix", "step"), requests)):
+        for dimensions, tally in ((("batch", "path"), steps),
+                                  (("position", "cached_prefix", "step", "sampling", "thinking"), requests)):
             for key, n in tally.items():
                 length = key[-1]
                 for dimension, bucket in zip(dimensions, key):
@@ -142,7 +152,7 @@ class SliceCounter:
             length = value if 0 <= value <= positions else (0 if value < 0 else positions)
             steps[(batch, path, length)] += n
             if not known:
-                requests[(S.UNKNOWN, S.UNKNOWN, S.UNKNOWN, length)] += n
+                requests[(S.UNKNOWN, S.UNKNOWN, S.UNKNOWN, S.UNKNOWN, S.UNKNOWN, length)] += n
         if not known:
             return
         for value, req in zip(accepted, reqs):
@@ -150,9 +160,9 @@ class SliceCounter:
             entry = table.get(id(req))
             if entry is None or entry[0] is not req:
                 entry = table[id(req)] = _track(req)
-                requests[(entry[5], entry[4], "first", length)] += 1
+                requests[(entry[5], entry[4], "first", *entry[7], length)] += 1
             else:
-                requests[(entry[5], entry[4], "later", length)] += 1
+                requests[(entry[5], entry[4], "later", *entry[7], length)] += 1
             entry[2] += 1
             entry[3] += length
             if entry[1] is not None:

@@ -1,6 +1,7 @@
 """Acceptance by slice through the real acceptance hook with SGLang's real Req, ScheduleBatch and
 GenerationBatchResult: the step carries its own list of the live requests, the batch size and the path, and the
-slices read only what SGLang set on the Req (its prompt, cached_tokens, finished_reason)."""
+slices read only what SGLang set on the Req (its prompt, cached_tokens, sampling parameters, require_reasoning,
+finished_reason)."""
 
 from array import array
 
@@ -36,7 +37,9 @@ def test_the_hook_hands_the_slices_what_sglang_set(tmp_path):
     assert eagle_probe.install(env={"EAGLE_PROBE_LOG_DIR": str(tmp_path), "EAGLE_PROBE_FLUSH_INTERVAL_S": "0"})
     try:
         STATE.recorder._read_ranks = lambda: Ranks(tp_rank=0, tp_size=1, pp_rank=0)
-        reqs = [Req(f"r{i}", "", array("i", [1] * (70 * i + 5)), SamplingParams(max_new_tokens=8)) for i in range(3)]
+        # temperature 0 is greedy once SGLang's SamplingParams normalised it (top_k 1); request 1 asks for reasoning
+        reqs = [Req(f"r{i}", "", array("i", [1] * (70 * i + 5)), SamplingParams(max_new_tokens=8, temperature=t),
+                    require_reasoning=i == 1) for i, t in enumerate((0.0, 0.7, 1.3))]
         reqs[2].cached_tokens = 64  # what SGLang's prefill sets on a radix-cache hit
         batch = _step(reqs, (2, 1, 0))
         batch.reqs.append(reqs[0])  # SGLang changing its list afterwards changes nothing the slices read
@@ -53,6 +56,11 @@ def test_the_hook_hands_the_slices_what_sglang_set(tmp_path):
         assert slices["position"] == {"0-63": {"request_steps": 2, "accepted": [2, 2]},
                                       "64-127": {"request_steps": 1, "accepted": [1, 0]},
                                       "128-255": {"request_steps": 2, "accepted": [1, 1]}}
+        assert slices["sampling"] == {"greedy": {"request_steps": 2, "accepted": [2, 2]},
+                                      "temp<=1": {"request_steps": 1, "accepted": [1, 0]},
+                                      "temp>1": {"request_steps": 2, "accepted": [1, 1]}}
+        assert slices["thinking"] == {"on": {"request_steps": 1, "accepted": [1, 0]},
+                                      "off": {"request_steps": 4, "accepted": [3, 3]}}
     finally:
         eagle_probe.uninstall()
 

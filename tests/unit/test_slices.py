@@ -43,6 +43,38 @@ def test_batch_and_request_length_buckets():
     assert S.path_bucket(None) == S.path_bucket(object()) == "unknown"  # never a truth test of a tensor
 
 
+def test_sampling_and_thinking_buckets():
+    # SGLang normalises temperature 0 into top_k 1: greedy is top_k 1, whatever the temperature reads
+    cases = {(1, 1.0): "greedy", (1, 0.3): "greedy", (-1, 0.5): "temp<=0.5", (-1, 0.51): "temp<=1",
+             (40, 1.0): "temp<=1", (-1, 1.01): "temp>1", (-1, None): "unknown", (-1, float("nan")): "unknown",
+             (-1, -0.5): "unknown", (-1, True): "unknown", (None, 0.7): "temp<=1"}
+    assert {k: S.sampling_bucket(*k) for k in cases} == cases
+    assert S.sampling_bucket(True, 1.0) == "temp<=1"  # a flag is not a top_k
+    assert set(cases.values()) <= set(S.SAMPLING_BUCKETS)
+    assert [S.thinking_bucket(v) for v in (True, False, None, 1)] == ["on", "off", "unknown", "unknown"]
+
+
+def test_sampling_and_thinking_are_read_once_per_request():
+    counter = SliceCounter()
+    greedy = req(prompt=5)
+    greedy.sampling_params, greedy.require_reasoning = SimpleNamespace(top_k=1, temperature=1.0), False
+    hot = req(prompt=5)
+    hot.sampling_params, hot.require_reasoning = SimpleNamespace(top_k=-1, temperature=1.2), True
+    counter.add(VerifyStep([2, 0], 2, "t", [greedy, hot], 2, False))
+    counter.count_queued()
+    hot.sampling_params.temperature = 0.1  # read when first counted only: a request's class is fixed
+    counter.add(VerifyStep([1, 0], 2, "t", [greedy, hot], 2, False))
+    counter.add(VerifyStep([2], 2, "t", [], 1, False))  # a step without its requests: its classes are unknown
+    slices = counter.snapshot()["slices"]
+    assert slices["sampling"] == {"greedy": {"request_steps": 2, "accepted": [2, 1]},
+                                  "temp>1": {"request_steps": 2, "accepted": [0, 0]},
+                                  "unknown": {"request_steps": 1, "accepted": [1, 1]}}
+    assert slices["thinking"] == {"on": {"request_steps": 2, "accepted": [0, 0]},
+                                  "off": {"request_steps": 2, "accepted": [2, 1]},
+                                  "unknown": {"request_steps": 1, "accepted": [1, 1]}}
+    assert req(prompt=3).__dict__.get("sampling_params") is None  # plain records: both unknown (other tests)
+
+
 def test_position_first_step_and_cached_prefix_per_request():
     counter = SliceCounter()
     fresh, hit = req(prompt=60), req(prompt=200, cached=64)

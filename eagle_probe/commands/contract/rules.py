@@ -22,7 +22,17 @@ from .rule_checks import (assigns_result_field, aux_list_test, aux_packed_test, 
 DS = versions.DEEPSEEK_V2
 FORWARD_BATCH = "sglang.srt.model_executor.forward_batch_info"
 MODEL_RUNNER = "sglang.srt.model_executor.model_runner"
+_SAMPLING = "sglang.srt.sampling.sampling_params"
 HEALTH_MODULE = "sglang.srt.utils.common"  # launch_dummy_health_check_server: what node ranks >= 1 serve
+
+
+def _sets_top_k_one(src):
+    tree = src.tree(_SAMPLING)
+    if tree is None:
+        return f"{_SAMPLING} not found"
+    assigns = [ast.unparse(n) for n in ast.walk(tree) if isinstance(n, ast.Assign)]
+    return None if "self.top_k = 1" in assigns else "never assigns self.top_k = 1"
+
 
 # Leading parameters (after self) each wrapper reads by position or name, keyed by patch target.
 # A target of ALL that is not listed here is checked for existence only (and says so).
@@ -68,7 +78,10 @@ ATTRIBUTES_READ: Tuple[Claim, ...] = (
                                                                                   versions.RETRACT_HOOK)),
     # Acceptance by slice (runtime/slice_counter.py) reads these per request off the hot path, and the path of the
     # spec-v2 verify step from its result.
-    sets_attributes(versions.REQ_MODULE, "Req", ("origin_input_ids", "cached_tokens", "finished_reason")),
+    sets_attributes(versions.REQ_MODULE, "Req", ("origin_input_ids", "cached_tokens", "finished_reason",
+                                                 "sampling_params", "require_reasoning")),
+    Claim(f"{_SAMPLING}.SamplingParams turns temperature 0 into top_k = 1 (the slices' greedy bucket reads top_k)",
+          _sets_top_k_one),
     body_check(versions.REQ_MODULE, "Req.__init__", "starts cached_tokens at 0 (a prefill adds the cached prefix)",
                lambda node: None if "self.cached_tokens = 0" in ast.unparse(node) else "does not"),
     dataclass_field(versions.REQ_MODULE, "ScheduleBatch", "reqs"),
@@ -76,6 +89,7 @@ ATTRIBUTES_READ: Tuple[Claim, ...] = (
 )
 
 _SETTER = "DeepseekV2ForCausalLM.set_eagle3_layers_to_capture"
+
 _MODEL_FORWARD = "DeepseekV2Model.forward"
 
 

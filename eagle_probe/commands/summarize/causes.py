@@ -9,6 +9,7 @@ from typing import List, Optional
 from ... import events as names
 from ...analysis import bimodal, field_prior, trained_length
 from ...analysis import findings as F
+from ...analysis.slices import DIMENSIONS
 from .training import NOT_CAUSES, checks as training_checks
 
 SUMMARIZE_SOURCE = "summarize --draft-max-length"
@@ -47,8 +48,8 @@ def _slices_check(slice_rank: Optional[dict]) -> dict:
     if slice_rank["low"]:
         return {"check": "slices", "status": "problem", "detail": "low: " + ", ".join(
             f"{i['dimension']}={i['bucket']}" for i in slice_rank["low"])}
-    return {"check": "slices", "status": "clean", "detail": "no slice (position, batch, cached prefix, path, first "
-            "step) below the rest beyond chance"}
+    return {"check": "slices", "status": "clean", "detail": f"no slice ({', '.join(DIMENSIONS)}) below the rest "
+            "beyond chance"}
 
 
 def _decode_path_suspect(slice_rank: Optional[dict]) -> Optional[str]:

@@ -18,5 +18,5 @@ PARTS = (
     Dumps,  # opt-in dumps of what the draft is fed
     Coverage,  # verified tokens inside the draft's vocabulary (before Acceptance: a collapse names it)
     Acceptance,  # per-step acceptance, windows, collapse
-    Slices,  # acceptance by slice (position, batch, cached prefix, path, first step), per-request distribution
+    Slices,  # acceptance by slice (analysis.slices.DIMENSIONS), per-request distribution
 )

@@ -24,7 +24,7 @@ def _series(sink):
 
         series = (
             counter("eagle_probe_spec_slice_drafts_total", "Draft sequences verified (request-steps) in each slice "
-                    "of a dimension (position, batch, cached_prefix, path, step).", ("dimension", "bucket")),
+                    f"of a dimension ({', '.join(DIMENSIONS)}).", ("dimension", "bucket")),
             counter("eagle_probe_spec_slice_accepted_tokens_per_pos_total", "Draft tokens accepted at each 0-based "
                     "draft position, in each slice of a dimension.", ("dimension", "bucket", "position")),
             counter("eagle_probe_spec_requests_by_accept_length_total", "Finished requests by their accept length "
