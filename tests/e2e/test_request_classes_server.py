@@ -57,8 +57,10 @@ def served(tmp_path_factory):
                 {"role": "user", "content": text_of(WORDS)}], **sampling}, headers={"x-custom-labels": json.dumps(
                     {"app": "bot"})})
             server.post_json("/v1/completions", {"model": "m", "prompt": text_of(WORDS), **sampling},
-                             headers={"x-custom-labels": json.dumps({"app": "batch", "team": "x"})})
-            metas.append(server.generate_raw(WORDS, NEW_TOKENS, custom_labels={"app": "batch"})["meta_info"])
+                             headers={"x-custom-labels": json.dumps({"app": "batch", "team": "x"})})  # SGLang
+            # drops the header's keys it does not allow; /generate hands its body's labels on as they are
+            metas.append(server.generate_raw(WORDS, NEW_TOKENS, custom_labels={"app": "batch", "team": "y"})[
+                "meta_info"])
         time.sleep(0.5)  # past the summary interval: the next finished request writes an event with all of them
         metas.append(server.generate_raw(WORDS, NEW_TOKENS, custom_labels={"app": "batch"})["meta_info"])
     finally:
@@ -110,4 +112,5 @@ def test_raw_prompts_are_named_low_with_the_chat_template_as_cause_and_summarize
     [rank] = report["acceptance_slices"]["ranks"]  # the scheduler's own slices, unchanged
     assert rank["tp_rank"] == 0 and "entry" not in rank["slices"] and server["slices"]["entry"]["chat"]
     assert "SGLang's HTTP server" in render_text(report)
+    assert [n["pids"] for n in report["nodes"]["nodes"]] == [[rank["pid"]]]  # the HTTP server is no rank
     assert not [e for e in events if e["event"] == "eagle_probe.internal_error"], served["log"][-3000:]

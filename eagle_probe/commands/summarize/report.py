@@ -134,12 +134,14 @@ def build_report(events: list, input_stats=None, draft_accuracy=None, draft_max_
     raw = defaultdict(lambda: {"started": None, "capture": [], "forwards": [], "draft": [], "findings": [],
                                "summary": None, "errors": [], "acceptance": [], "statement": None})
     notices = []
+    # SGLang's HTTP server processes: their slices are a section of their own (slices.py), not a rank
+    servers = {(e.get("host"), e.get("pid")) for e in events if e.get("role") == HTTP_SERVER}
     for event in events:
         name = event.get("event")
         if name in NOTICE_EVENTS:
             notices.append(event)
             continue
-        if event.get("role") == HTTP_SERVER:  # SGLang's HTTP server process: the slices' servers section
+        if (event.get("host"), event.get("pid")) in servers:
             continue
         entry = raw[_rank_key(event)]
         if name in _LATEST:
