@@ -22,6 +22,7 @@ INTERNAL_ERROR = "eagle_probe.internal_error"
 METRICS_EXPOSED = "eagle_probe.metrics.exposed"
 ACCEPTANCE_SLICES = "eagle_probe.acceptance_slices"
 OBSERVABILITY = "eagle_probe.observability"
+CUSTOM_LABEL_NOT_SLICED = "eagle_probe.custom_label.not_sliced"
 
 
 class Event(NamedTuple):
@@ -84,9 +85,17 @@ CATALOGUE = {
         "window_verified_tokens", "samples", "map: `full`, `d2t`, or `none` (no d2t: draft ids used as target ids)",
         "hot_vocab_size", "draft_vocab_size", "target_vocab_size",
         "mean_accept_length_cap: 1 / (1 - coverage), at most the positions + 1; null: no cap", "interval_s")),
+    CUSTOM_LABEL_NOT_SLICED: Event("once per custom-label key, in SGLang's HTTP server process: a key the server does "
+                                   "not allow, or one that reached its bound of distinct values", (
+        "key", "reason: not_allowed, or values (further values are counted as 'other')",
+        "allowed: the keys --tokenizer-metrics-allowed-custom-labels allows", "message")),
     ACCEPTANCE_SLICES: Event("every `EAGLE_PROBE_SUMMARY_INTERVAL_S` while verify steps run, and at exit", (
-        "positions", "slices: cumulative, dimension -> bucket -> `request_steps`, `accepted` per 0-based draft "
-        "position", "request_accept_length: finished requests per accept-length bucket", "requests",
+        "role: target (a scheduler's verify steps), or http_server (SGLang's HTTP server process: finished requests "
+        "by entry point and custom label)", "positions",
+        "slices: cumulative, dimension -> bucket -> `request_steps`, `accepted` per 0-based draft position",
+        "request_accept_length: finished requests per accept-length bucket", "requests",
+        "requests_classified: finished requests counted by traffic class (role http_server: SGLang's HTTP server "
+        "process, dimensions entry and label:KEY)",
         "low: the slices `acceptance_slice_low` names", "test")),
     AUX_FINGERPRINT: Event("a sampled forward's slot: on first sight, once per `EAGLE_PROBE_SUMMARY_INTERVAL_S` (the "
                            "same forward on every rank: the bucket comes from the wall clock), and when it moved "

@@ -2,7 +2,7 @@
 shared vocabulary: the runtime builds them, the pure analysis rules read them (without importing the runtime)."""
 
 from dataclasses import dataclass
-from typing import NamedTuple, Optional, Sequence, Tuple
+from typing import Dict, NamedTuple, Optional, Sequence, Tuple
 
 
 # Labels every probe series carries: bounded per deployment (ranks, node ranks, host names).
@@ -179,6 +179,14 @@ class VerifyStep(NamedTuple):
     reqs: Sequence = ()  # the requests of `accepted`, in order (a list of the step's own: SGLang's Req objects)
     batch_size: int = 0  # requests in the verify step before finished ones were left out
     graph: Optional[bool] = None  # the verify forward ran as a CUDA graph (None: not known)
+
+
+class RequestFinished(NamedTuple):
+    """A finished request's traffic classes and accepted drafts, read in SGLang's HTTP server process."""
+
+    classes: Tuple[Tuple[str, str], ...]  # (dimension, bucket): its entry point, a bucket per allowed custom label
+    lengths: Dict[int, int]  # accepted drafts (0..positions) -> its verify steps that accepted that many
+    positions: int  # draft positions along the chain (speculative steps)
 
 
 class AuxFingerprint(NamedTuple):

@@ -108,6 +108,12 @@ def _v2(module: str, qualname: str, field: str, when: str) -> AcceptanceHook:
 WORKER_MODULE = "sglang.srt.speculative.eagle_worker_v2"
 WORKER_PREFILL_HOOK = "EagleDraftWorker._draft_extend_for_prefill"  # (batch, target_hidden_states, ...)
 WORKER_DECODE_HOOK = "EagleDraftWorker._draft_extend_for_decode"  # (batch, batch_result, ...)
+# SGLang's HTTP server process (runtime/integrations/request_classes.py): where a request arrives (its route and
+# custom labels) and where its last output hands over its histogram of accepted drafts per verify step.
+TOKENIZER_MODULE = "sglang.srt.managers.tokenizer_manager"
+REQUEST_ARRIVAL_HOOK = "TokenizerManager._init_req_state"  # (obj, request)
+REQUEST_FINISH_HOOK = "TokenizerManager._calculate_spec_decoding_metrics"  # (meta_info, recv_obj, i)
+REQUEST_HISTOGRAM_FIELD = "spec_correct_drafts_histogram"  # recv_obj's, per request: verify steps per accepted count
 # The graph runners' entry points and the model runner's forward (runtime/integrations/runner_paths.py)
 _RUNNERS = "sglang.srt.model_executor.runner"
 GRAPH_ENTRIES = (
@@ -144,6 +150,8 @@ class VersionRules:
     # EagleDraftWorker's hand-off methods take (batch, target_hidden_states) / (batch, batch_result) (values there)
     worker_boundary: bool = False
     graph_entries: bool = False  # the graph runners' execute entry points of GRAPH_ENTRIES exist
+    # TokenizerManager's arrival and finish hooks, with REQUEST_HISTOGRAM_FIELD on its batch outputs (traffic classes)
+    request_classes: bool = False
 
     @property
     def first_text(self) -> str:
@@ -182,6 +190,7 @@ class VersionRules:
             "tested": self.tested,
             "worker_boundary": self.worker_boundary,
             "graph_entries": self.graph_entries,
+            "request_classes": self.request_classes,
         }
 
 
@@ -214,33 +223,33 @@ RULES = (
         spec_v2_default=True, rank_source=RANKS_PARALLEL_STATE, dp_rank_from_dp_attention=True,
         draft_reads_num_aux=False, absent_modules=(_KIMI_DRAFT,)),
     VersionRules(
-        (0, 5, 12, 0), PLUS_ONE_ALWAYS, "list", False, False, verified=False,
+        (0, 5, 12, 0), PLUS_ONE_ALWAYS, "list", False, False, verified=False, request_classes=True,
         capture_flag_module=_OLD_CAPTURE_FLAG, tbo_helper=_OLD_TBO,
         acceptance=(_v2(_OUTPUT_MIXIN, "SchedulerOutputProcessorMixin._resolve_spec_overlap_tokens",
                         "num_correct_drafts_per_req_cpu", "default"),
                     _v1("num_correct_drafts_per_req_cpu", f"{SPEC_V2_ENV}=0", tokens_field="accept_tokens")),
         spec_v2_default=True, rank_source=RANKS_PARALLEL_STATE, dp_rank_from_dp_attention=True),
     VersionRules(
-        (0, 5, 13, 0), PLUS_ONE_IF_FIRST_IS_ONE, "list", False, False, verified=False,
+        (0, 5, 13, 0), PLUS_ONE_IF_FIRST_IS_ONE, "list", False, False, verified=False, request_classes=True,
         capture_flag_module=_OLD_CAPTURE_FLAG, tbo_helper=_OLD_TBO,
         acceptance=(_v2(_BATCH_RESULT, "SchedulerBatchResultProcessor._resolve_spec_v2_tokens",
                         "num_correct_drafts_per_req_cpu", "default"),),
         spec_v2_default=True, rank_source=RANKS_PARALLEL_STATE, dp_rank_from_dp_attention=True),
     VersionRules(
-        (0, 5, 14, 0), PLUS_ONE_IF_FIRST_IS_ONE, "list", False, True, verified=False,
+        (0, 5, 14, 0), PLUS_ONE_IF_FIRST_IS_ONE, "list", False, True, verified=False, request_classes=True,
         tbo_helper=_OLD_TBO,
         acceptance=(_v2(_BATCH_RESULT, "SchedulerBatchResultProcessor._resolve_spec_v2_tokens",
                         "num_correct_drafts_per_req_cpu", "default"),),
         dp_rank_from_dp_attention=True),
     VersionRules(
-        (0, 5, 17, 0), PLUS_ONE_IF_FIRST_IS_ONE, "packed", False, True, verified=False,
+        (0, 5, 17, 0), PLUS_ONE_IF_FIRST_IS_ONE, "packed", False, True, verified=False, request_classes=True,
         tbo_helper=_OLD_TBO,
         acceptance=(_v2(_BATCH_RESULT, "SchedulerBatchResultProcessor._resolve_spec_v2_tokens",
                         "num_correct_drafts_per_req_cpu", "default"),),
         dp_rank_from_dp_attention=True),
     VersionRules(
         (0, 5, 21, 0), PLUS_ONE_IF_FIRST_IS_ONE, "packed", False, True, verified=True, tested="0.5.23",
-        worker_boundary=True, graph_entries=True,
+        worker_boundary=True, graph_entries=True, request_classes=True,
         acceptance=(_v2(_BATCH_RESULT, "SchedulerBatchResultProcessor._resolve_spec_v2_tokens",
                         "num_correct_drafts_per_req_cpu", "default"),)),
 )
@@ -328,6 +337,8 @@ def version_specific_targets() -> Dict[str, List[VersionRules]]:
             names += [f"{WORKER_MODULE}.{WORKER_PREFILL_HOOK}", f"{WORKER_MODULE}.{WORKER_DECODE_HOOK}"]
         if rules.graph_entries:
             names += [f"{module}.{qualname}" for module, qualname, _ in GRAPH_ENTRIES]
+        if rules.request_classes:
+            names += [f"{TOKENIZER_MODULE}.{REQUEST_ARRIVAL_HOOK}", f"{TOKENIZER_MODULE}.{REQUEST_FINISH_HOOK}"]
         for name in names:
             out.setdefault(name, []).append(rules)
     return {k: v for k, v in out.items() if len(v) < len(RULES)}

@@ -96,11 +96,14 @@ class SGLangServer:
         log_path=None,
         python=None,
         command_prefix=(),
+        tokenizer=False,
     ):
         self.model_path = str(model_path)
         # e.g. ["eagle-probe", "run", "--log-dir", D, "--"]: a launcher that execs the server command
         self.command_prefix = [str(a) for a in command_prefix]
         self.extra_args = [str(a) for a in extra_args]
+        # True: the checkpoint has tokenizer files (sglang_cpu.word_tokenizer) and the server loads them
+        self.tokenizer = tokenizer
         self.pythonpath_prefix = [str(p) for p in pythonpath_prefix]
         self.extra_env = dict(env or {})
         self.host = host
@@ -133,7 +136,7 @@ class SGLangServer:
             *self.command_prefix,
             self.python, "-m", "sglang.launch_server",
             "--model-path", self.model_path,
-            *BASE_ARGS,
+            *(a for a in BASE_ARGS if not (self.tokenizer and a == "--skip-tokenizer-init")),
             "--host", self.host,
             "--port", str(self.port),
             *self._chosen_port_args(),
@@ -284,9 +287,9 @@ class SGLangServer:
 
     # --------------------------------------------------------------- requests
 
-    def _request(self, path, payload=None, timeout=120.0):
+    def _request(self, path, payload=None, timeout=120.0, headers=None):
         data = None
-        headers = {}
+        headers = dict(headers or {})
         if payload is not None:
             data = json.dumps(payload).encode()
             headers["Content-Type"] = "application/json"
@@ -304,6 +307,10 @@ class SGLangServer:
         params.update(sampling_params or {})
         payload = {"input_ids": [int(t) for t in input_ids], "sampling_params": params, **fields}
         return json.loads(self._request("/generate", payload, timeout=timeout))
+
+    def post_json(self, path, payload, headers=None, timeout=120.0):
+        """POST a JSON body (e.g. /v1/chat/completions) with extra headers; returns the decoded JSON."""
+        return json.loads(self._request(path, payload, timeout=timeout, headers=headers))
 
     def generate(self, input_ids, max_new_tokens=8, sampling_params=None, timeout=120.0):
         """Greedy generation; returns the new token ids (``--skip-tokenizer-init`` output)."""

@@ -25,8 +25,8 @@ import math
 from typing import Dict, List, Optional, Sequence
 
 from .findings import ACCEPTANCE_SLICE_LOW, CODES, Finding
+from .traffic import ENTRY, ENTRY_BUCKETS, LABEL_PREFIX, UNKNOWN, is_label_dimension
 
-UNKNOWN = "unknown"
 POSITION_FIRST = 64  # sequence positions below this share one bucket
 POSITION_TOP = 1 << 16  # and from this on
 BATCH_TOP = 256
@@ -42,6 +42,20 @@ SAMPLING_BUCKETS = ("greedy", "temp<=0.5", "temp<=1", "temp>1", UNKNOWN)
 THINKING_BUCKETS = ("on", "off", UNKNOWN)
 DIMENSIONS = {"position": POSITION_BUCKETS, "batch": BATCH_BUCKETS, "cached_prefix": CACHED_BUCKETS,
               "path": PATH_BUCKETS, "step": STEP_BUCKETS, "sampling": SAMPLING_BUCKETS, "thinking": THINKING_BUCKETS}
+
+# Counted once per finished request in SGLang's HTTP server process (analysis.traffic), beside one dimension per
+# allowed custom-label key (label:KEY, values bounded there).
+REQUEST_DIMENSIONS = {ENTRY: ENTRY_BUCKETS}
+
+
+def ordered(slices: Dict[str, Dict[str, dict]]) -> Dict[str, Dict[str, dict]]:
+    """Dimensions and buckets in their fixed order; custom-label dimensions after them, by name, values by name."""
+    fixed = {**DIMENSIONS, **REQUEST_DIMENSIONS}
+    out = {d: {b: slices[d][b] for b in fixed[d] if b in slices[d]} for d in fixed if d in slices}
+    for dimension in sorted(d for d in slices if d not in fixed):
+        out[dimension] = {b: slices[dimension][b] for b in sorted(slices[dimension])}
+    return out
+
 
 # Accept length per request (1 + its accepted drafts / its verify steps), upper bounds of the histogram's buckets.
 REQUEST_LENGTH_BOUNDS = (1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 8.0, math.inf)
@@ -176,6 +190,9 @@ _CAUSES = {
                 "or evaluate the draft with the sampling it is served with",
     "thinking": "acceptance that differs with thinking on or off points at a draft trained on one mode only "
                 "(thinking traces against direct answers): train it on both, or serve the mode it was trained on",
+    ENTRY: "acceptance that differs by entry point points at prompts formatted unlike the draft's training "
+           "data: chat requests get the server's chat template, completions and /generate send the prompt as "
+           "it is; a draft trained on templated conversations accepts little on raw prompts, or the reverse",
     "dp_rank": "one data-parallel rank accepting less than the others points at that rank's own state (the aux "
                "states its attention group hands the draft, the draft group it runs in) or at traffic its requests "
                "alone carry; compare that rank's fingerprints and capture configuration with the others'",
@@ -193,4 +210,12 @@ def slice_low_finding(item: dict, positions: int):
         f"acceptance at draft position {item['position']} (0-based) is {item['rate']:.1%} over {item['request_steps']} "
         f"request-steps with {item['dimension']} = {item['bucket']}, against {item['rest_rate']:.1%} over "
         f"{item['rest_request_steps']} in the rest (p = {item['p_value']:.2g}, {item['tests']} tests; {item['test']}). "
-        f"{_CAUSES[item['dimension']]}.", tuple(sorted(evidence.items())))
+        f"{cause(item['dimension'])}.", tuple(sorted(evidence.items())))
+
+
+def cause(dimension: str) -> str:
+    """What a low slice of this dimension points at."""
+    if is_label_dimension(dimension):
+        return (f"acceptance low for one value of the custom label {dimension[len(LABEL_PREFIX):]!r} points at that "
+                f"class of traffic (an application, a language, a domain) being unlike the draft's training data")
+    return _CAUSES[dimension]

@@ -160,6 +160,14 @@ class Recorder:
         self.observe("draft_forward", obs)
         self.periodic.tick_if_due()
 
+    def request_finished(self, obs):
+        """A finished request's traffic classes, in SGLang's HTTP server process (integrations/request_classes.py),
+        which has no ranks: its events carry its host and pid."""
+        if self._on_serving is not None:
+            self._serving()
+        self.observe("request_finished", obs)
+        self.periodic.tick_if_due()
+
     def capture_configured(self, obs):
         self.ensure_ranks()
         self.observe("capture_configured", obs)

@@ -69,6 +69,7 @@ class SliceCounter:
         self.counts = {}  # (dimension, bucket) -> Counter {accepted drafts clamped to [0, positions]: request-steps}
         self.request_lengths = Counter()  # accept-length bucket -> finished requests
         self.retired = 0  # requests counted into request_lengths
+        self.requests_classified = 0  # finished requests counted by their traffic classes (add_request)
         self._requests = {}  # id(req) -> its row (_track)
         self._finishing = []  # ids seen finished at the end of the last count
         self._queued = deque()
@@ -82,6 +83,20 @@ class SliceCounter:
         self.steps += 1  # after the append: a step in `steps` is on the queue or counted
         if self.steps - self._counted > BEHIND:
             self._behind()
+
+    def add_request(self, finished) -> None:
+        """A finished request's verify steps into the slices of its traffic classes (SGLang's HTTP server process:
+        once per request, never per step)."""
+        with self._counting:
+            if finished.positions > self.positions:
+                self.positions = finished.positions
+            counts = self.counts
+            for key in finished.classes:
+                found = counts.get(key)
+                if found is None:
+                    found = counts[key] = Counter()
+                found.update(finished.lengths)
+            self.requests_classified += 1
 
     def _behind(self) -> None:
         if self._stop is None and self._background_s:
@@ -196,7 +211,6 @@ class SliceCounter:
                 slices.setdefault(dimension, {})[bucket] = {"request_steps": sum(lengths.values()),
                                                             "accepted": S.per_position(lengths, positions)}
             lengths = dict(self.request_lengths)
-        return {"positions": positions, "slices": {d: {b: slices[d][b] for b in S.DIMENSIONS[d] if b in slices[d]}
-                                                       for d in S.DIMENSIONS if d in slices},
+        return {"positions": positions, "slices": S.ordered(slices),
                 "request_accept_length": {b: lengths[b] for b in S.REQUEST_LENGTH_BUCKETS if b in lengths},
-                "requests": sum(lengths.values())}
+                "requests": sum(lengths.values()), "requests_classified": self.requests_classified}

@@ -80,13 +80,21 @@ def body_check(module: str, qualname: str, what: str, test: Callable[[ast.AST], 
     return Claim(f"{module}.{qualname}: {what}", check)
 
 
+def _annotated(node: ast.ClassDef):
+    return [n.target.id for n in node.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)]
+
+
 def dataclass_field(module: str, cls: str, field: str) -> Claim:
     def check(src):
         found = find(src, module, cls)
         if found is None or not isinstance(found.node, ast.ClassDef):
             return f"class {module}.{cls} not found"
-        fields = [n.target.id for n in found.node.body
-                  if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)]
+        fields = _annotated(found.node)
+        for base in found.node.bases:  # fields declared in a base class defined in sglang count too
+            name = base.id if isinstance(base, ast.Name) else None
+            base_found = find_name(src, found.module, name) if name else None
+            if base_found is not None and isinstance(base_found.node, ast.ClassDef):
+                fields += _annotated(base_found.node)
         return None if field in fields else f"fields are {fields}"
 
     return Claim(f"{module}.{cls} has field {field}", check)

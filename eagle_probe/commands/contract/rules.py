@@ -51,6 +51,8 @@ EXPECTED_PARAMS: Dict[str, Tuple[str, ...]] = {
     f"{versions.WORKER_MODULE}.{versions.WORKER_DECODE_HOOK}": ("batch", "batch_result"),
     f"{MODEL_RUNNER}.ModelRunner.forward": ("forward_batch",),
     **{f"{module}.{qualname}": ("forward_batch",) for module, qualname, _ in versions.GRAPH_ENTRIES},
+    f"{versions.TOKENIZER_MODULE}.{versions.REQUEST_ARRIVAL_HOOK}": ("obj", "request"),
+    f"{versions.TOKENIZER_MODULE}.{versions.REQUEST_FINISH_HOOK}": ("meta_info", "recv_obj", "i"),
 }
 # Targets found at load time (integrations/targets.py, Integration.expand): by method name.
 FOUND_PARAMS = {"set_eagle3_layers_to_capture": ("layer_ids",), "forward": ("input_ids", "positions", "forward_batch")}
@@ -134,6 +136,8 @@ def _rule_claims(rules: VersionRules) -> List[Claim]:
                                   "coverage reads them)", returns_committed_token_lists))
     if rules.worker_boundary:
         out += _worker_boundary_claims()
+    if rules.request_classes:
+        out += _request_class_claims()
     if rules.graph_entries:
         out.append(body_check(MODEL_RUNNER, "ModelRunner._forward_raw", "replays a graph through "
                               "decode_cuda_graph_runner.execute and prefill_cuda_graph_runner.execute (the probe "
@@ -180,6 +184,22 @@ def _worker_boundary_claims() -> List[Claim]:
                    reads_attribute("batch_result.logits_output.hidden_states")),
         body_check(worker, versions.WORKER_PREFILL_HOOK, "feeds the draft target_hidden_states (hidden_states=)",
                    passes_keyword("hidden_states", "target_hidden_states")),
+    ]
+
+
+def _request_class_claims() -> List[Claim]:
+    """What the traffic-class hooks read in the HTTP server process (runtime/integrations/request_classes.py)."""
+    io_struct, histogram = "sglang.srt.managers.io_struct", versions.REQUEST_HISTOGRAM_FIELD
+    return [
+        dataclass_field(io_struct, "BaseBatchReq", "rids"),
+        dataclass_field(io_struct, "BatchTokenIDOutput", histogram),
+        dataclass_field(io_struct, "BatchStrOutput", histogram),
+        dataclass_field(io_struct, "GenerateReqInput", "custom_labels"),
+        body_check(versions.REQ_MODULE, "Req.update_spec_correct_drafts_histogram", "counts a verify step under its "
+                   "number of correct drafts", reads_attribute("self.spec_correct_drafts_histogram")),
+        body_check(versions.TOKENIZER_MODULE, "TokenizerManager.generate_request", "creates the request states "
+                   "with the HTTP request (_init_req_state(obj, request))", passes_argument("_init_req_state", 1,
+                                                                                            "request")),
     ]
 
 

@@ -8,6 +8,7 @@ import json
 from collections import Counter, defaultdict
 
 from ... import events as names
+from ...analysis.traffic import HTTP_SERVER
 from .causes import causes_section
 from .coverage import coverage_section, render_coverage_line
 from .nodes import nodes_section, render_nodes_text
@@ -18,7 +19,8 @@ from .values import render_values_text, values_section
 
 RANK_FIELDS = ("tp_rank", "tp_size", "pp_rank", "pp_size", "dp_rank", "attn_tp_rank", "attn_tp_size", "attn_dp_rank",
                "attn_dp_size", "node_rank", "nnodes")
-NOTICE_EVENTS = (names.CONFIG_ERROR, names.UNSUPPORTED_VERSION, names.INTEGRATION_SKIPPED)
+NOTICE_EVENTS = (names.CONFIG_ERROR, names.UNSUPPORTED_VERSION, names.INTEGRATION_SKIPPED,
+                 names.CUSTOM_LABEL_NOT_SLICED)
 
 
 def _rank_key(event: dict):
@@ -132,10 +134,14 @@ def build_report(events: list, input_stats=None, draft_accuracy=None, draft_max_
     raw = defaultdict(lambda: {"started": None, "capture": [], "forwards": [], "draft": [], "findings": [],
                                "summary": None, "errors": [], "acceptance": [], "statement": None})
     notices = []
+    # SGLang's HTTP server processes: their slices are a section of their own (slices.py), not a rank
+    servers = {(e.get("host"), e.get("pid")) for e in events if e.get("role") == HTTP_SERVER}
     for event in events:
         name = event.get("event")
         if name in NOTICE_EVENTS:
             notices.append(event)
+            continue
+        if (event.get("host"), event.get("pid")) in servers:
             continue
         entry = raw[_rank_key(event)]
         if name in _LATEST:

@@ -8,6 +8,7 @@ from typing import List
 from ... import events as names
 from ...analysis import findings as F
 from ...analysis import slices as S
+from ...analysis.traffic import HTTP_SERVER
 
 
 def _rank_key(event: dict):
@@ -39,13 +40,22 @@ def _slice_rows(slices: dict) -> dict:
 
 def slices_section(events: list) -> dict:
     """{"ranks": [{tp_rank, pp_rank, dp_rank, pid, positions, slices, request_accept_length, requests, low}],
-    "test", "findings"}: findings are event-like dicts for the report's finding lists."""
-    last = {}
+    "servers": [{pid, host, node_rank, positions, slices, requests, low}] (SGLang's HTTP server processes: the
+    finished requests by traffic class), "test", "findings"}: findings are event-like dicts for the report's lists."""
+    last, servers = {}, {}
     for event in events:
         if event.get("event") == names.ACCEPTANCE_SLICES and isinstance(event.get("slices"), dict):
-            last[_rank_key(event)] = event
+            (servers if event.get("role") == HTTP_SERVER else last)[_rank_key(event)] = event
     logged = _logged_low(events)
-    section = {"ranks": [], "test": S.TEST_NAME, "findings": []}
+    section = {"ranks": [], "servers": [], "test": S.TEST_NAME, "findings": []}
+    for key in sorted(servers, key=lambda k: tuple(str(x) for x in k)):
+        event = servers[key]
+        positions = max((len(c["accepted"]) for b in event["slices"].values() for c in b.values()), default=0)
+        low = S.worst_per_slice(S.low_slices(event["slices"], positions))
+        section["servers"].append({"pid": key[3], "host": event.get("host"), "node_rank": event.get("node_rank"),
+                                   "positions": positions, "slices": _slice_rows(event["slices"]),
+                                   "requests": event.get("requests_classified") or 0, "low": low})
+        _add_findings(section, key, event, low, positions, logged, HTTP_SERVER)
     for key in sorted(last, key=lambda k: tuple(str(x) for x in k)):
         event = last[key]
         # the draft positions the counts hold (the event's `positions` names the same; a log may hold anything)
@@ -55,16 +65,21 @@ def slices_section(events: list) -> dict:
             "tp_rank": key[0], "pp_rank": key[1], "dp_rank": key[2], "pid": key[3], "positions": positions,
             "slices": _slice_rows(event["slices"]), "request_accept_length": event.get("request_accept_length") or {},
             "requests": event.get("requests") or 0, "low": low})
-        for item in low:
-            if (key, item["dimension"], item["bucket"]) in logged:
-                continue
-            finding = S.slice_low_finding(item, positions)
-            section["findings"].append({
-                "code": finding.code, "severity": finding.severity, "message": finding.message,
-                "evidence": finding.evidence_dict(), "role": "target", "tp_rank": key[0], "pp_rank": key[1],
-                "dp_rank": key[2], "pid": key[3], "timestamp": event.get("timestamp"), "event": names.FINDING})
+        _add_findings(section, key, event, low, positions, logged, "target")
     _add_dp_ranks(section, last)
     return section
+
+
+def _add_findings(section: dict, key, event: dict, low: list, positions: int, logged: set, role: str):
+    """acceptance_slice_low for each low slice the running probe did not log already."""
+    for item in low:
+        if (key, item["dimension"], item["bucket"]) in logged:
+            continue
+        finding = S.slice_low_finding(item, positions)
+        section["findings"].append({
+            "code": finding.code, "severity": finding.severity, "message": finding.message,
+            "evidence": finding.evidence_dict(), "role": role, "tp_rank": key[0], "pp_rank": key[1],
+            "dp_rank": key[2], "pid": key[3], "timestamp": event.get("timestamp"), "event": names.FINDING})
 
 
 def _dp_place(event: dict):
@@ -113,27 +128,37 @@ def _add_dp_ranks(section: dict, last: dict):
             "dp_rank": key[2], "pid": key[3], "timestamp": last[key].get("timestamp"), "event": names.FINDING})
 
 
+def _slice_lines(row: dict, with_lengths: bool = False) -> List[str]:
+    out = []
+    for dimension, buckets in row["slices"].items():
+        cells = []
+        for bucket, counts in buckets.items():
+            rates = "/".join("n/a" if r is None else f"{r:.2f}" for r in counts["per_position_rate"])
+            cells.append(f"{bucket}: {rates} (n={counts['request_steps']})")
+        out.append(f"    {dimension}: " + "; ".join(cells))
+    if with_lengths and row["requests"]:
+        out.append(f"    accept length per request ({row['requests']} finished): "
+                   + ", ".join(f"{b}: {n}" for b, n in row["request_accept_length"].items()))
+    for item in row["low"]:
+        out.append(f"    LOW {item['dimension']}={item['bucket']} at position {item['position']}: "
+                   f"{item['rate']:.3f} over {item['request_steps']} request-steps vs {item['rest_rate']:.3f} "
+                   f"over {item['rest_request_steps']} in the rest of {item['dimension']} "
+                   f"(p={item['p_value']:.2g}, {item['tests']} tests; final counts)")
+    return out
+
+
 def render_slices_text(section: dict) -> List[str]:
-    if not section["ranks"]:
+    if not section["ranks"] and not section.get("servers"):
         return []
     out = ["", "Acceptance by slice (per draft position: accepted / request-steps):"]
+    for server in section.get("servers") or ():
+        out.append(f"  finished requests by traffic class, SGLang's HTTP server (pid {server['pid']}, host "
+                   f"{server['host']}), {server['positions']} draft positions:")
+        out += _slice_lines(server)
     for rank in section["ranks"]:
         where = f"tp_rank {rank['tp_rank']}" if rank["tp_rank"] is not None else f"pid {rank['pid']}"
         out.append(f"  {where}, {rank['positions']} draft positions:")
-        for dimension, buckets in rank["slices"].items():
-            cells = []
-            for bucket, row in buckets.items():
-                rates = "/".join("n/a" if r is None else f"{r:.2f}" for r in row["per_position_rate"])
-                cells.append(f"{bucket}: {rates} (n={row['request_steps']})")
-            out.append(f"    {dimension}: " + "; ".join(cells))
-        if rank["requests"]:
-            out.append(f"    accept length per request ({rank['requests']} finished): "
-                       + ", ".join(f"{b}: {n}" for b, n in rank["request_accept_length"].items()))
-        for item in rank["low"]:
-            out.append(f"    LOW {item['dimension']}={item['bucket']} at position {item['position']}: "
-                       f"{item['rate']:.3f} over {item['request_steps']} request-steps vs {item['rest_rate']:.3f} "
-                       f"over {item['rest_request_steps']} in the rest of {item['dimension']} "
-                       f"(p={item['p_value']:.2g}, {item['tests']} tests; final counts)")
+        out += _slice_lines(rank, with_lengths=True)
     dp = section.get("dp_ranks")
     if dp:
         def rates(row):

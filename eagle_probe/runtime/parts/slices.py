@@ -3,13 +3,14 @@
 summary interval, with acceptance_slice_low for a slice worse than the rest beyond chance."""
 
 from ...analysis import slices as S
+from ...analysis.traffic import HTTP_SERVER
 from ...events import ACCEPTANCE_SLICES
 from ..slice_counter import SliceCounter
 from .base import Part
 
 
 class Slices(Part):
-    kinds = ("verify_step",)
+    kinds = ("verify_step", "request_finished")
 
     def __init__(self, recorder):
         super().__init__(recorder)
@@ -20,6 +21,7 @@ class Slices(Part):
         self._named = set()  # (dimension, bucket) already named low
         self._logged_steps = 0  # verify steps counted into the last event
         self.verify_step = self.counter.add  # the router's handler for verify steps: one call per step
+        self.request_finished = self.counter.add_request  # the HTTP server process: one call per finished request
 
     def exports(self) -> dict:
         return {"slices": self.counter}
@@ -33,7 +35,7 @@ class Slices(Part):
     def _flush(self, metrics):
         from ..sinks.slice_metrics import add_slice_counts
 
-        steps, retired = self.counter.steps, self.counter.retired
+        steps, retired = self._progress(), self.counter.retired
         if (steps, retired) == self._flushed_steps and not self.counter.retiring():
             return  # nothing to count or retire since the last flush (an event's count may retire: sent here)
         now = self.counter.snapshot()
@@ -53,19 +55,25 @@ class Slices(Part):
         self._flushed = (slices, lengths)
         self._flushed_steps = (steps, retired)
 
+    def _progress(self) -> int:
+        """Verify steps and classified requests counted so far: what a flush or an event has to catch up on."""
+        return self.counter.steps + self.counter.requests_classified
+
     def tick(self, now: float, final: bool = False):
-        steps = self.counter.steps
+        steps = self._progress()
         snapshot = self.counter.snapshot(final)
         if not snapshot["slices"] or (steps == self._logged_steps and not final):
             return
         self._logged_steps = steps
+        # SGLang's HTTP server process counts finished requests only (integrations/request_classes.py)
+        role = HTTP_SERVER if not self.counter.steps and self.counter.requests_classified else "target"
         low = S.worst_per_slice(S.low_slices(snapshot["slices"], snapshot["positions"]))
-        self.out.emit("info", ACCEPTANCE_SLICES, role="target", **snapshot, low=low, test=S.TEST_NAME)
+        self.out.emit("info", ACCEPTANCE_SLICES, role=role, **snapshot, low=low, test=S.TEST_NAME)
         for item in low:
             key = (item["dimension"], item["bucket"])
             if key not in self._named:
                 self._named.add(key)
-                self.out.finding(S.slice_low_finding(item, snapshot["positions"]), "target")
+                self.out.finding(S.slice_low_finding(item, snapshot["positions"]), role)
 
     def close(self):
         self.counter.stop()

@@ -1,0 +1,116 @@
+"""Acceptance by entry point and custom label on a real SGLang 0.5.23 EAGLE-3 server with a tokenizer (CPU, greedy,
+topk 1, 2 steps), the probe injected through PYTHONPATH: the fault is a chat template the draft does well after.
+
+The "map" pair (sglang_cpu.draft_models): the target's next token is x + 1 up to its fixed point 200; the draft is
+right all the way once there. The chat template (sglang_cpu.word_tokenizer) ends every chat prompt with t195, from
+which the target climbs into the fixed point: chat requests accept nearly every draft. The same words sent raw
+(/v1/completions, /generate) end at t14, where the second draft position is never accepted. Expected counts come
+from draft_models.simulate_chain, never from the server; SGLang's own meta_info is compared for /generate."""
+
+import json
+import os
+import time
+
+import pytest
+
+from eagle_probe.bootstrap import BOOTSTRAP_DIR
+from eagle_probe.commands.summarize.logread import read_events
+from eagle_probe.commands.summarize.report import build_report, render_text
+from sglang_cpu.draft_models import VOCAB, build_case, map_draft, map_target, simulate_chain
+from sglang_cpu.server import SGLangServer
+from sglang_cpu.spec_shims import SPEC_ENV
+from sglang_cpu.word_tokenizer import text_of, write_word_tokenizer
+
+NUM_STEPS = 2
+ASSISTANT = 195  # the chat template's last token
+WORDS = [10, 11, 12, 13, 14]
+TEMPLATE = ("{% for m in messages %}{{ m['content'] }} {% endfor %}{% if add_generation_prompt %}t"
+            f"{ASSISTANT}{{% endif %}}")
+NEW_TOKENS = 12
+REQUESTS = 10  # per entry point: about 60 request-steps each, enough for the slice test beside the other two
+
+
+def _expected(prompt):
+    return simulate_chain(map_target, map_draft, prompt, NEW_TOKENS, NUM_STEPS)
+
+
+def _per_position(histogram):
+    return [sum(n for k, n in enumerate(histogram) if k > j) for j in range(NUM_STEPS)]
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("request-classes"))
+    case = build_case(root, "map", num_steps=NUM_STEPS)
+    write_word_tokenizer(case["target"], VOCAB, TEMPLATE)
+    log_dir = os.path.join(root, "probe")
+    server = SGLangServer(case["target"], tokenizer=True, pythonpath_prefix=[BOOTSTRAP_DIR],
+                          extra_args=case["args"] + ["--tokenizer-metrics-allowed-custom-labels", "app"],
+                          env={**SPEC_ENV, "EAGLE_PROBE_LOG_DIR": log_dir, "EAGLE_PROBE_SUMMARY_INTERVAL_S": "0.2"},
+                          log_path=os.path.join(root, "server.log"))
+    server.start()
+    sampling = {"temperature": 0, "max_tokens": NEW_TOKENS, "ignore_eos": True}
+    metas = []
+    try:
+        for _ in range(REQUESTS):
+            server.post_json("/v1/chat/completions", {"model": "m", "messages": [
+                {"role": "user", "content": text_of(WORDS)}], **sampling}, headers={"x-custom-labels": json.dumps(
+                    {"app": "bot"})})
+            server.post_json("/v1/completions", {"model": "m", "prompt": text_of(WORDS), **sampling},
+                             headers={"x-custom-labels": json.dumps({"app": "batch", "team": "x"})})  # SGLang
+            # drops the header's keys it does not allow; /generate hands its body's labels on as they are
+            metas.append(server.generate_raw(WORDS, NEW_TOKENS, custom_labels={"app": "batch", "team": "y"})[
+                "meta_info"])
+        time.sleep(0.5)  # past the summary interval: the next finished request writes an event with all of them
+        metas.append(server.generate_raw(WORDS, NEW_TOKENS, custom_labels={"app": "batch"})["meta_info"])
+    finally:
+        server.stop()
+    events = read_events([log_dir])
+    return dict(events=events, metas=metas, log=server.log_text())
+
+
+def _server_slices(events):
+    slices = [e for e in events if e["event"] == "eagle_probe.acceptance_slices" and e.get("role") == "http_server"]
+    assert slices, "no acceptance_slices event from the HTTP server process"
+    return slices[-1]
+
+
+def test_each_entry_point_counts_what_sglang_and_the_construction_say(served):
+    chat, raw = _expected(WORDS + [ASSISTANT]), _expected(WORDS)
+    assert sum(chat["histogram"][1:]) > 0 and chat["per_position"][1] > raw["per_position"][1] == 0
+    event = _server_slices(served["events"])
+    entry = event["slices"]["entry"]
+    assert entry["chat"] == {"request_steps": REQUESTS * chat["verify_ct"],
+                             "accepted": [REQUESTS * n for n in _per_position(chat["histogram"])]}
+    assert entry["completions"] == {"request_steps": REQUESTS * raw["verify_ct"],
+                                    "accepted": [REQUESTS * n for n in _per_position(raw["histogram"])]}
+    metas = served["metas"]
+    assert entry["generate"] == {
+        "request_steps": sum(m["spec_verify_ct"] for m in metas),
+        "accepted": [sum(_per_position(m["spec_correct_drafts_histogram"])[j] for m in metas)
+                     for j in range(NUM_STEPS)]}
+    assert event["requests_classified"] == 3 * REQUESTS + 1
+
+
+def test_allowed_labels_are_sliced_and_a_refused_key_is_named_once(served):
+    labels = _server_slices(served["events"])["slices"]["label:app"]
+    assert set(labels) == {"bot", "batch"} and labels["bot"] == _server_slices(served["events"])["slices"]["entry"][
+        "chat"]
+    refused = [e for e in served["events"] if e["event"] == "eagle_probe.custom_label.not_sliced"]
+    assert [(e["key"], e["reason"], e["allowed"]) for e in refused] == [("team", "not_allowed", ["app"])]
+
+
+def test_raw_prompts_are_named_low_with_the_chat_template_as_cause_and_summarize_shows_it(served):
+    events = served["events"]
+    lows = [e for e in events if e["event"] == "eagle_probe.finding" and e["code"] == "acceptance_slice_low"
+            and e["role"] == "http_server"]
+    named = {(e["evidence"]["dimension"], e["evidence"]["bucket"]) for e in lows}
+    assert ("entry", "chat") not in named and named & {("entry", "generate"), ("entry", "completions")}
+    assert all("chat template" in e["message"] for e in lows if e["evidence"]["dimension"] == "entry")
+    report = build_report(events)
+    [server] = report["acceptance_slices"]["servers"]
+    [rank] = report["acceptance_slices"]["ranks"]  # the scheduler's own slices, unchanged
+    assert rank["tp_rank"] == 0 and "entry" not in rank["slices"] and server["slices"]["entry"]["chat"]
+    assert "SGLang's HTTP server" in render_text(report)
+    assert [n["pids"] for n in report["nodes"]["nodes"]] == [[rank["pid"]]]  # the HTTP server is no rank
+    assert not [e for e in events if e["event"] == "eagle_probe.internal_error"], served["log"][-3000:]
