@@ -11,8 +11,9 @@ cd "$(dirname "$0")/.."
 release=${1:-0.5.23}
 extra=()
 case "$release" in
-  0.5.23) venv=.venv; need_gb=9 ;;  # the venv plus pip's unpacked downloads of torch and the nvidia libraries
-  0.5.8) venv=.venv-0.5.8; need_gb=1; extra=(requirements/sglang-outside-range.txt) ;;
+  # need_gb: the venv plus pip's downloads of torch and the nvidia libraries; min_gb: the venv alone
+  0.5.23) venv=.venv; need_gb=9; min_gb=6 ;;
+  0.5.8) venv=.venv-0.5.8; need_gb=1; min_gb=1; extra=(requirements/sglang-outside-range.txt) ;;
   *) echo "eagle-probe setup: unknown release '$release' (accepted: 0.5.23, 0.5.8)" >&2; exit 2 ;;
 esac
 [ "$release" = 0.5.8 ] && bash scripts/setup.sh  # the shared packages come from .venv
@@ -31,12 +32,16 @@ if [ -x "$venv/bin/python" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want"
 fi
 # pip keeps no copy of the downloads (several GB of CUDA libraries) and says plainly when the disk is too full.
 export PIP_NO_CACHE_DIR=${PIP_NO_CACHE_DIR:-1}
-for dir in . "${TMPDIR:-/tmp}"; do
+for dir in . "${TMPDIR:-/tmp}"; do  # below min_gb pip cannot succeed: stop; below need_gb it may: say so, go on
   free_kb=$(df -Pk "$dir" | awk 'NR == 2 {print $4}')
   if [ "$free_kb" -lt $((need_gb * 1024 * 1024)) ]; then
-    echo "eagle-probe setup: $(readlink -f "$dir") has $((free_kb / 1024)) MB free; installing SGLang $release" \
-         "into $venv needs about $need_gb GB there. Free some space (or point TMPDIR elsewhere) and rerun." >&2
-    exit 1
+    said="eagle-probe setup: $(readlink -f "$dir") has $((free_kb / 1024)) MB free; installing SGLang $release into"
+    said="$said $venv needs about $need_gb GB there"
+    if [ "$free_kb" -lt $((min_gb * 1024 * 1024)) ]; then
+      echo "$said, at least $min_gb GB. Free some space (or point TMPDIR elsewhere) and rerun." >&2
+      exit 1
+    fi
+    echo "$said; trying (if pip fails with 'No space left on device', free some space and rerun)." >&2
   fi
 done
 if [ "$release" = 0.5.8 ] && [ -d "$venv" ] && [ ! -f "$venv/.eagle-probe-shared" ]; then
