@@ -50,17 +50,14 @@ def slices_section(events: list) -> dict:
     section = {"ranks": [], "servers": [], "test": S.TEST_NAME, "findings": []}
     for key in sorted(servers, key=lambda k: tuple(str(x) for x in k)):
         event = servers[key]
-        positions = max((len(c["accepted"]) for b in event["slices"].values() for c in b.values()), default=0)
-        low = S.worst_per_slice(S.low_slices(event["slices"], positions))
+        positions, low = _positions_and_low(event)
         section["servers"].append({"pid": key[3], "host": event.get("host"), "node_rank": event.get("node_rank"),
                                    "positions": positions, "slices": _slice_rows(event["slices"]),
                                    "requests": event.get("requests_classified") or 0, "low": low})
         _add_findings(section, key, event, low, positions, logged, HTTP_SERVER)
     for key in sorted(last, key=lambda k: tuple(str(x) for x in k)):
         event = last[key]
-        # the draft positions the counts hold (the event's `positions` names the same; a log may hold anything)
-        positions = max((len(c["accepted"]) for b in event["slices"].values() for c in b.values()), default=0)
-        low = S.worst_per_slice(S.low_slices(event["slices"], positions))
+        positions, low = _positions_and_low(event)
         section["ranks"].append({
             "tp_rank": key[0], "pp_rank": key[1], "dp_rank": key[2], "pid": key[3], "positions": positions,
             "slices": _slice_rows(event["slices"]), "request_accept_length": event.get("request_accept_length") or {},
@@ -68,6 +65,13 @@ def slices_section(events: list) -> dict:
         _add_findings(section, key, event, low, positions, logged, "target")
     _add_dp_ranks(section, last)
     return section
+
+
+def _positions_and_low(event: dict):
+    """The draft positions the counts hold (the event's `positions` names the same; a log may hold anything), and the
+    slices below the rest, recomputed from the counts."""
+    positions = max((len(c["accepted"]) for b in event["slices"].values() for c in b.values()), default=0)
+    return positions, S.worst_per_slice(S.low_slices(event["slices"], positions))
 
 
 def _add_findings(section: dict, key, event: dict, low: list, positions: int, logged: set, role: str):
