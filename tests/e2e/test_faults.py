@@ -42,7 +42,6 @@ KEYS = ("into_fixed_point", "mixed")  # every acceptance pattern: full runs, one
 
 # site (with ":N": its first N calls) -> {where it is counted: exact count, or None for "at least once"}
 FAULTS_A = {
-    "integrations.target_forward._before_forward:3": {"target.forward.before": 3},
     "integrations.target_forward._after_forward:3": {"target.forward.after": 3},
     "integrations.targets._observe_capture_config": {"target.set_eagle3_layers_to_capture": None},
     "integrations.llama_eagle3._observe_draft_forward": {"llama_eagle3.forward": None},
