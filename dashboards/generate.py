@@ -36,7 +36,7 @@ from grafana_foundation_sdk.models.prometheus import PromQueryFormat, QueryEdito
 
 from eagle_probe.analysis.fingerprints import RMS_SPREAD_TOLERANCE  # noqa: E402  (one source each)
 from eagle_probe.analysis.findings import DRAFT_VOCAB_COVERAGE_LOW, MISMATCH_CODES  # noqa: E402
-from eagle_probe.analysis.slices import DIMENSIONS  # noqa: E402
+from eagle_probe.analysis.slices import DIMENSIONS, REQUEST_DIMENSIONS  # noqa: E402
 from eagle_probe.analysis.vocab_coverage import LOW as COVERAGE_LOW, MIN_TOKENS as COVERAGE_MIN_TOKENS  # noqa: E402
 from eagle_probe.analysis.vocab_coverage import Z as COVERAGE_Z  # noqa: E402
 
@@ -294,13 +294,16 @@ def variables():
 
 
 def slice_var():
-    """The dimension the second slice panel shows: one of analysis.slices' fixed dimensions (single choice)."""
+    """The dimension the second slice panel shows: one of analysis.slices' fixed dimensions, the schedulers' and the
+    HTTP server's entry point (single choice); a custom label's dimension is typed in as label:KEY."""
     default = "batch"
-    return (CustomVariable("slice").label("slice dimension").values(",".join(DIMENSIONS))
-            .description("Dimension of the 'Acceptance rate per draft position by $slice' panel")
-            .options([VariableOption(selected=d == default, text=d, value=d) for d in DIMENSIONS])
+    dimensions = list(DIMENSIONS) + list(REQUEST_DIMENSIONS)
+    return (CustomVariable("slice").label("slice dimension").values(",".join(dimensions))
+            .description("Dimension of the 'Acceptance rate per draft position by $slice' panel; a custom label "
+                         "allowed by --tokenizer-metrics-allowed-custom-labels: type label:KEY")
+            .options([VariableOption(selected=d == default, text=d, value=d) for d in dimensions])
             .current(VariableOption(selected=True, text=default, value=default)).multi(False).include_all(False)
-            .allow_custom_value(False))
+            .allow_custom_value(True))
 
 
 def dashboard():

@@ -93,8 +93,10 @@ def test_dashboard_structure():
                    "Acceptance rate per draft position by $slice", "Requests by accept length", "Vocabulary coverage",
                    "Verified tokens in and out of the draft's vocabulary"):
         assert needed in titles
-    # the slice variable offers every dimension the probe counts, and the panel's default is one of them
-    assert [o["value"] for o in variables["slice"]["options"]] == list(DIMENSIONS)
+    # the slice variable offers every fixed dimension the probe counts (the schedulers' and the HTTP server's entry
+    # point), and the panel's default is one of them; a custom label's dimension is typed in
+    assert [o["value"] for o in variables["slice"]["options"]] == list(DIMENSIONS) + ["entry"]
+    assert variables["slice"]["allowCustomValue"]
     assert variables["slice"]["current"]["value"] in DIMENSIONS and not variables["slice"]["multi"]
 
 
@@ -275,7 +277,7 @@ def test_every_acceptance_panel_query_returns_data(stack):
     if stack["server_kind"] != "spec":
         pytest.skip("EAGLE_PROBE_PROM_SERVER=aux: no speculative server, no acceptance series")
     ran, failures = run_panel_queries(stack, spec=True)
-    assert ran >= 6 + len(DIMENSIONS) + 3 and not failures, "\n".join(failures)
+    assert ran >= 6 + len(DIMENSIONS) + 1 + 3 and not failures, "\n".join(failures)
 
 
 @pytest.mark.spec
@@ -297,7 +299,11 @@ def test_coverage_and_slice_values(stack):
     assert tokens[(("in_vocab", "false"),)] == 0 and tokens[(("in_vocab", "true"),)] > 0
     drafts = values(f'sum(eagle_probe_spec_drafts_total{{instance="{inst}"}})')[()]
     per_dimension = values(f'sum by (dimension) (eagle_probe_spec_slice_drafts_total{{instance="{inst}"}})')
-    assert drafts > 0 and per_dimension == {(("dimension", d),): drafts for d in DIMENSIONS}
+    # the entry point's from SGLang's HTTP server process (no TP rank), the others from the TP ranks
+    assert drafts > 0 and per_dimension == {(("dimension", d),): drafts for d in (*DIMENSIONS, "entry")}
+    entry = values(f'sum by (tp_rank, bucket) (eagle_probe_spec_slice_drafts_total{{instance="{inst}", '
+                   f'dimension="entry"}})')
+    assert {k: v for k, v in entry.items() if v} == {(("bucket", "generate"), ("tp_rank", "")): drafts}
 
 
 @pytest.mark.spec
