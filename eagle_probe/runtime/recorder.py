@@ -181,7 +181,7 @@ class Recorder:
 
     def request_finished(self, obs):
         """A finished request's traffic classes, in SGLang's HTTP server process (integrations/request_classes.py),
-        which has no ranks: its events carry its host and pid."""
+        whose identity (ensure_http_server) is its node and host."""
         if self._on_serving is not None:
             self._serving()
         self.observe("request_finished", obs)
