@@ -1,6 +1,6 @@
 """Added time per target forward, draft forward and verify step: SGLang's real classes, with and without the probe.
 
-Run:  .venv/bin/python benchmarks/overhead.py [--rounds 30] [--block 20] [--json] [--check]
+Run:  .venv/bin/python benchmarks/overhead.py [--rounds 30] [--block 20] [--json] [--check] [--keep-logs]
 
 Both variants run in this one process, interleaved in blocks (uninstall / install between blocks), on the
 same prepared batches, so drift on the machine hits both alike. Two figures per forward mode:
@@ -47,8 +47,10 @@ warm reference does not scale the cost of cold caches, which depends on the mach
 """
 
 import argparse
+import atexit
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -587,6 +589,20 @@ def fingerprint_rounds(rounds=FINGERPRINT_ROUNDS):
 LOAD_BUDGET_MS = 50.0  # issue 19: the registry scan and wrapping at load time, per process (absolute: once)
 
 
+_TEMP_DIRS = []  # the probe's log directories of this run, removed at exit unless --keep-logs
+
+
+def temp_dir(prefix: str) -> str:
+    path = tempfile.mkdtemp(prefix=prefix)
+    _TEMP_DIRS.append(path)
+    return path
+
+
+def remove_temp_dirs():
+    for path in _TEMP_DIRS:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def load_cost_ms(cycles=5):
     """eagle_probe.install() with SGLang's model registry imported (every model module SGLang imports here, as a
     server has when it loads its model): scanning the registry's classes and wrapping every target found. Best of
@@ -597,7 +613,7 @@ def load_cost_ms(cycles=5):
     for _ in range(cycles):
         eagle_probe.uninstall()
         start = time.perf_counter()
-        eagle_probe.install(env={"EAGLE_PROBE_LOG_DIR": tempfile.mkdtemp(prefix="eagle-probe-load-")})
+        eagle_probe.install(env={"EAGLE_PROBE_LOG_DIR": temp_dir("eagle-probe-load-")})
         costs.append((time.perf_counter() - start) * 1000)
         wrapped = len(eagle_probe.patched_targets())
     eagle_probe.uninstall()
@@ -612,7 +628,11 @@ def main():
     parser.add_argument("--situ-block", type=int, default=10, help="forwards per in-situ block")
     parser.add_argument("--json", action="store_true", help="print one JSON object of the figures as the last line")
     parser.add_argument("--check", action="store_true", help="exit 1 when a figure is over its budget")
+    parser.add_argument("--keep-logs", action="store_true", help="keep the probe's log directories (else removed "
+                        "at exit)")
     args = parser.parse_args()
+    if not args.keep_logs:
+        atexit.register(remove_temp_dirs)
 
     from sglang_cpu.runtime import TinyBatchRunner, build_deepseek, init_runtime
     from sglang_cpu.tiny_models import deepseek_v3_config
@@ -621,7 +641,7 @@ def main():
     model = build_deepseek(deepseek_v3_config(num_hidden_layers=6, first_k_dense_replace=6), seed=0)
     model.set_eagle3_layers_to_capture([1, 3, 4])
     runner = TinyBatchRunner(model, max_tokens=4096)
-    log_dir = tempfile.mkdtemp(prefix="eagle-probe-bench-")
+    log_dir = temp_dir("eagle-probe-bench-")
     probe_env = {"EAGLE_PROBE_LOG_DIR": log_dir}  # default settings otherwise
     figures = {"target_forward_hot_us": {}, "target_forward_in_situ_us": {}, "target_forward_added_us": {},
                "target_forward_ratio": {}, "verify_step_us": {}, "in_situ_reference_us": {},
@@ -708,7 +728,7 @@ def main():
         figures["decode_step_us"][batch] = {"graph": graph, "eager": eager}
         print(f"{batch:>7}{graph:>16.2f}{graph / GPU_STEP_US:>9.3%}{eager:>11.2f}{eager / GPU_STEP_US:>9.3%}")
     eagle_probe.uninstall()
-    print(f"probe logs: {log_dir}")
+    print(f"probe logs: {log_dir}" + ("" if args.keep_logs else " (removed at exit; --keep-logs keeps them)"))
     load_ms, classes, wrapped = load_cost_ms()
     figures["load_ms"] = round(load_ms, 2)
     print(f"load: install with the registry imported ({classes} classes scanned, {wrapped} targets wrapped): "

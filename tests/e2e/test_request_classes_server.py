@@ -96,12 +96,29 @@ def test_each_entry_point_counts_what_sglang_and_the_construction_say(served):
                              "accepted": [REQUESTS * n for n in _per_position(chat["histogram"])]}
     assert entry["completions"] == {"request_steps": REQUESTS * raw["verify_ct"],
                                     "accepted": [REQUESTS * n for n in _per_position(raw["histogram"])]}
-    metas = served["metas"]
-    assert entry["generate"] == {
-        "request_steps": sum(m["spec_verify_ct"] for m in metas),
-        "accepted": [sum(_per_position(m["spec_correct_drafts_histogram"])[j] for m in metas)
-                     for j in range(NUM_STEPS)]}
+    assert entry["generate"] == _sglang_counts(served["metas"])
     assert event["requests_classified"] == 3 * REQUESTS + 1
+
+
+def _sglang_counts(metas):
+    """Request-steps and accepted drafts per position as SGLang's own meta_info gives them."""
+    return {"request_steps": sum(m["spec_verify_ct"] for m in metas),
+            "accepted": [sum(_per_position(m["spec_correct_drafts_histogram"])[j] for m in metas)
+                         for j in range(NUM_STEPS)]}
+
+
+def test_the_scheduler_slices_every_request_as_greedy(served):
+    """Temperature 0 is greedy (SGLang makes it top_k 1): the scheduler's `sampling` slice holds every verify step of
+    every entry point, as the construction and SGLang's meta_info count them. (No other bucket on the CPU: EAGLE-3
+    at temperature > 0 needs SGLang's CUDA rejection-sampling kernel, None here.)"""
+    [*_, last] = [e for e in served["events"] if e["event"] == "eagle_probe.acceptance_slices"
+                  and e.get("role") == "target"]
+    chat, raw = _expected(WORDS + [ASSISTANT]), _expected(WORDS)
+    generate = _sglang_counts(served["metas"])
+    greedy = {"request_steps": generate["request_steps"] + REQUESTS * (chat["verify_ct"] + raw["verify_ct"]),
+              "accepted": [n + REQUESTS * (c + r) for n, c, r in zip(
+                  generate["accepted"], _per_position(chat["histogram"]), _per_position(raw["histogram"]))]}
+    assert last["slices"]["sampling"] == {"greedy": greedy}
 
 
 def test_allowed_labels_are_sliced_and_a_refused_key_is_named_once(served):
