@@ -98,14 +98,16 @@ class Recorder:
                      exporter=False, role=HTTP_SERVER)
 
     def _settle(self, ranks: Ranks, exporter: bool = True, role: Optional[str] = None):
+        """role None: a rank (its info series names its TP group); else a process of no group (no info series)."""
         self.ranks = ranks
         self.logs.bind(**ranks.fields())
-        self._start_metrics(ranks, exporter)
+        launch = self._launch()
+        self._start_metrics(ranks, exporter, None if role is not None else (launch or {}).get("tp_group", ""))
         fields = {} if role is None else {"role": role}
         self.out.emit("info", STARTED, probe_version=__version__, sglang_version=self.sglang_version,
                       rules=self.rules.describe(), metrics_port=getattr(self.metrics, "port", None),
                       metrics_multiprocess=getattr(self.metrics, "multiprocess", None),
-                      metrics_served_by=self._served_by(ranks), launch=self._launch(),
+                      metrics_served_by=self._served_by(ranks), launch=launch,
                       flush_interval_s=self.config.flush_interval_s, **fields)
 
     def _served_by(self, ranks: Ranks) -> Optional[str]:
@@ -122,13 +124,15 @@ class Recorder:
             self.internal_error("launch.read", exc)
             return None
 
-    def _start_metrics(self, ranks: Ranks, exporter: bool = True):
+    def _start_metrics(self, ranks: Ranks, exporter: bool, tp_group: Optional[str]):
         if self._make_metrics is None:
             return
         out = self.out
         try:
             out.metrics = self._make_metrics(ranks, exporter)
-            out.metrics.set_info(__version__, self.sglang_version or "unknown", self.rules.capture_id_rule)
+            if tp_group is not None:
+                out.metrics.set_info(__version__, self.sglang_version or "unknown", self.rules.capture_id_rule,
+                                     tp_group)
             for integration, target in self._pending_skips:
                 out.metrics.integration_skipped(integration, target)
             out.send_pending_errors()

@@ -46,10 +46,13 @@ def pair(tmp_path_factory):
     prompts = case["expected"]["prompts"]
     # the exporter would listen on extra(0) + tp_rank (0, 1); Prometheus on extra(4)
     prom = _prometheus(root, [f"127.0.0.1:{s.port}" for s in servers], exporter.extra(4))
-    scraped = None
+    scraped = control_alerts = fault_alerts = None
     try:
         control = _generate(node0, prompts)
         control_metrics = [s.flushed_metrics_text() for s in servers]
+        if prom is not None:
+            _scraped(prom, control_metrics)
+            control_alerts = _divergence_alerts(prom)
         time.sleep(0.5)  # the probe's 0.2 s windows and fingerprints of the last requests are in the logs
         control_dirs = [shutil.copytree(d, os.path.join(root, f"control-node{i}")) for i, d in enumerate(log_dirs)]
         exporter_open = [_listening(exporter.extra(0) + rank) for rank in (0, 1)]
@@ -59,6 +62,7 @@ def pair(tmp_path_factory):
         logs = [s.log_text() for s in servers]
         if prom is not None:
             scraped = _scraped(prom, metrics)
+            fault_alerts = _divergence_alerts(prom, wait_s=60)
     finally:
         stopped = stop_pair(servers)
         if prom is not None:
@@ -68,7 +72,8 @@ def pair(tmp_path_factory):
           f"stop (SIGTERM to both), seconds: node 0 {stopped[0]}, node 1 {stopped[1]}")
     return dict(case=case, control=control, fault=fault, control_metrics=control_metrics, metrics=metrics,
                 logs=logs, log_dirs=log_dirs, control_dirs=control_dirs, events=[probe_events(d) for d in log_dirs],
-                exporter_open=exporter_open, stopped=stopped, scraped=scraped)
+                exporter_open=exporter_open, stopped=stopped, scraped=scraped, control_alerts=control_alerts,
+                fault_alerts=fault_alerts)
 
 
 def _prometheus(root, targets, port):
@@ -109,6 +114,23 @@ def _scraped(prom, metrics):
             "targets_up": prom.targets_up()}
 
 
+def _divergence_alerts(prom, wait_s=0):
+    """The EagleProbeTpRankDivergence alerts firing (their labels), waiting up to wait_s for one (0: as they are after
+    the next rule evaluation)."""
+    from tests.prometheus.conftest import wait_for
+
+    def firing():
+        alerts = prom.api("alerts")["data"]["alerts"]
+        found = [a["labels"] for a in alerts if a["state"] == "firing"
+                 and a["labels"]["alertname"] == "EagleProbeTpRankDivergence"]
+        return found or None
+
+    if wait_s:
+        return wait_for(firing, wait_s, "the TP-divergence alert across the nodes")
+    time.sleep(3)  # two rule evaluations after the scrape of the last values
+    return firing() or []
+
+
 def _listening(port):
     with socket.socket() as s:
         s.settimeout(0.5)
@@ -128,8 +150,10 @@ def test_each_node_names_its_node_host_ranks_and_one_launch(pair):
         assert ranked and {(e["node_rank"], e["nnodes"], e["tp_rank"], e["tp_size"]) for e in ranked} == {
             (node, 2, node, 2)}
         assert all(e["host"] == socket.gethostname() for e in events)
-        started = [e for e in events if e["event"] == "eagle_probe.started"]
+        started = [e for e in events if e["event"] == "eagle_probe.started" and e.get("role") != "http_server"]
         assert len(started) == 1  # one scheduler per node
+        servers = [e for e in events if e["event"] == "eagle_probe.started" and e.get("role") == "http_server"]
+        assert [(e["node_rank"], e["tp_rank"]) for e in servers] == ([(0, None)] if node == 0 else [])
         launches |= {(e["launch"]["id"], json.dumps(e["launch"]["args"], sort_keys=True)) for e in started}
         assert started[0]["launch"]["args"]["nnodes"] == 2
     assert len(launches) == 1, launches
@@ -138,7 +162,7 @@ def test_each_node_names_its_node_host_ranks_and_one_launch(pair):
 def test_series_go_through_sglangs_metrics_on_each_node_never_the_exporter(pair):
     assert pair["exporter_open"] == [False, False]
     served = [e["metrics_served_by"] for events in pair["events"] for e in events
-              if e["event"] == "eagle_probe.started"]
+              if e["event"] == "eagle_probe.started" and e.get("role") != "http_server"]
     assert served == ["SGLang's /metrics on node_rank 0 (its HTTP server)",
                       "SGLang's /metrics on node_rank 1 (the health server on its --port)"]
 
@@ -207,3 +231,14 @@ def test_pair_stops_on_sigterm(pair):
     print(f"stop times (SIGTERM to both nodes): {pair['stopped']}")
     assert all(n["scheduler"] is not None and n["scheduler"] <= 3.0 for n in pair["stopped"]), pair["stopped"]
     assert all(n["group"] is not None for n in pair["stopped"]), pair["logs"][0][-3000:]
+
+
+def test_the_divergence_alert_compares_the_ranks_of_both_nodes(pair):
+    """tp rank 0 (node 0) and tp rank 1 (node 1) are one TP group, named by the launch's id in eagle_probe_info: the
+    alert stays quiet while they agree and fires for the perturbed slot once node 1 holds other values."""
+    if pair["scraped"] is None:
+        pytest.skip("Prometheus is not installed (bash scripts/system-deps.sh as root)")
+    [launch] = {e["launch"]["id"] for events in pair["events"] for e in events if e["event"] == "eagle_probe.started"}
+    assert pair["control_alerts"] == []
+    fired = {(a["tp_group"], a["role"], a["slot"]) for a in pair["fault_alerts"]}
+    assert (launch, "target", "1") in fired and not {f for f in fired if f[2] != "1"}, fired

@@ -5,6 +5,7 @@ import json
 import math
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -376,9 +377,10 @@ def test_divergent_rank_and_non_finite_values_fire_their_alerts(stack):
     if stack["server_kind"] != "spec":
         pytest.skip("EAGLE_PROBE_PROM_SERVER=aux: no TP=2 server")
     labels = wait_for(divergence_and_nonfinite, 60, "the divergence and non-finite alerts")
-    diverged = {(a["instance"], a["role"], a["slot"]) for a in labels if a["alertname"] == "EagleProbeTpRankDivergence"}
-    assert (server, "target", "1") in diverged
-    assert not {d for d in diverged if d[0] == server and d[2] != "1"}  # slots 0 and 2 agree across the ranks
+    diverged = {(a["tp_group"], a["role"], a["slot"]) for a in labels if a["alertname"] == "EagleProbeTpRankDivergence"}
+    group = f"{socket.gethostname()}:{server.rsplit(':', 1)[1]}"  # a single-node server's TP group: host:port
+    assert (group, "target", "1") in diverged
+    assert not {d for d in diverged if d[0] == group and d[2] != "1"}  # slots 0 and 2 agree across the ranks
     nonfinite = {(a["tp_rank"], a["slot"]) for a in labels if a["alertname"] == "EagleProbeAuxNonFinite"}
     assert nonfinite == {("0", "1"), ("0", "2")}
     spread = prometheus.query(f'max by (slot) (eagle_probe_aux_rms{{instance="{server}", role="target"}}) / '
