@@ -178,8 +178,15 @@ def _probe_series(text):
 def test_every_probe_series_is_served_once_across_both_nodes(pair):
     series = [_probe_series(text) for text in pair["metrics"]]
     for node, lines in enumerate(series):
-        assert lines and all(f'node_rank="{node}"' in line and f'tp_rank="{node}"' in line for line in lines), node
+        ranked = [line for line in lines if 'tp_rank=""' not in line]
+        assert ranked and all(f'node_rank="{node}"' in line and f'tp_rank="{node}"' in line for line in ranked), node
         assert len(lines) == len(set(lines))
+    # SGLang's HTTP server process (node 0, no TP rank): its entry-point slices, served on node 0 only
+    server = [line for line in series[0] if 'tp_rank=""' in line]
+    assert server and all('node_rank="0"' in line for line in server)
+    assert any(line.startswith("eagle_probe_spec_slice_drafts_total{") and 'dimension="entry"' in line
+               for line in server)
+    assert not [line for line in series[1] if 'tp_rank=""' in line]
     assert not set(series[0]) & set(series[1])
     # node 1's endpoint is SGLang's own (its series are there too), served once
     assert any(line.startswith("sglang:") for line in pair["metrics"][1].splitlines())
