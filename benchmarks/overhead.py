@@ -1,14 +1,14 @@
 """Added time per target forward, draft forward and verify step: SGLang's real classes, with and without the probe.
 
-Run:  .venv/bin/python benchmarks/overhead.py [--rounds 30] [--block 20] [--json] [--check]
+Run:  .venv/bin/python benchmarks/overhead.py [--rounds 30] [--block 20] [--json] [--check] [--keep-logs]
 
 Both variants run in this one process, interleaved in blocks (uninstall / install between blocks), on the
 same prepared batches, so drift on the machine hits both alike. Two figures per forward mode:
 - end to end: median forward time with the probe minus without (noisy: the forward itself takes ms on a CPU);
 - probe work (hot): the wrapper around a function that returns the real forward's result at once, on the
   real module and batch, minus calling that function directly: the probe's own cost with warm caches;
-- probe work (in situ): the probe's before/after steps timed inside real forwards, minus the same timer around
-  an empty function at the same spots, both (and the reference call there) interleaved in rounds of one block of
+- probe work (in situ): the probe's step after the forward timed inside real forwards, minus the same timer around
+  an empty function at the same spot, both (and the reference call there) interleaved in rounds of one block of
   forwards each; per variant the best block median, the statistic of the reference (timeit's best of repeats):
   on a shared VM the other blocks carry other processes' interference. The forward evicts the CPU caches, so this
   is the cold-cache cost. The median over all forwards is printed beside it (context: it moved 2x between runs).
@@ -41,14 +41,16 @@ Reference (issue 17), measured in the same run: one call through a wrapt pass-th
 one dict increment (timeit, best of 7 x 200 000; the bare call is printed beside it for context). Every probe figure
 is printed in us and as a multiple of the reference, beside its budget (BUDGETS: multiples, held on any machine)
 and PASS or OVER. --json adds the reference, the multiples, the budgets and the names over budget; --check exits 1
-when any figure is over its budget. For context only (no budget): the same reference call timed in situ, at the two
-spots where the probe's in-situ steps run (`in_situ_reference_us`), and the in-situ figure as a multiple of it: the
+when any figure is over its budget. For context only (no budget): the same reference call timed in situ, at the
+spot where the probe's in-situ step runs (`in_situ_reference_us`), and the in-situ figure as a multiple of it: the
 warm reference does not scale the cost of cold caches, which depends on the machine's memory more than its CPU.
 """
 
 import argparse
+import atexit
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -151,8 +153,19 @@ def inner_forward_result(runner, batch):
 
 
 def probe_work(inner, batch, result, n):
-    """Wrapper cost alone: same instance, args and result as the real inner forward."""
+    """Wrapper cost alone: same instance, args and result as the real inner forward, the worker boundary live (as
+    on every EAGLE-3 server: the inner forward then takes no values)."""
+    from eagle_probe.runtime.values import boundary
+
     args = (batch.input_ids, batch.positions, batch)
+    live, boundary.LIVE[0] = boundary.LIVE[0], True
+    try:
+        return _probe_work(inner, args, result, n)
+    finally:
+        boundary.LIVE[0] = live
+
+
+def _probe_work(inner, args, result, n):
 
     def returns_result(*a, **k):
         return result
@@ -169,63 +182,58 @@ def probe_work(inner, batch, result, n):
 
 
 def in_situ(runner, batch, rounds, block):
-    """The probe's before/after steps timed inside real forwards (the wrapper looks them up at call time), and at
-    the same two spots the reference call and an empty call: `rounds` rounds, each one block of `block` forwards per
+    """The probe's step after the forward timed inside real forwards (the wrapper looks it up at call time), and at
+    the same spot the reference call and an empty call: `rounds` rounds, each one block of `block` forwards per
     variant in turn, in an order that turns each round (after two settling forwards), so machine drift and the
-    position in a round hit all three alike. Per variant the best (lowest)
-    block median, as timeit's best of repeats for the reference: higher blocks are other processes' interference
-    (up to 2x between runs on a shared 2-core VM), not the probe's cost. The empty call is timed at the same cold
-    spots, so its cost (the timer's own) is subtracted like for like. Returns (probe, reference, empty, probe's median
-    over all its forwards minus the empty's, for context), in ns."""
+    position in a round hit all three alike. Per variant the best (lowest) block median, as timeit's best of repeats
+    for the reference: higher blocks are other processes' interference (up to 2x between runs on a shared 2-core VM),
+    not the probe's cost. The empty call is timed at the same cold spot, so its cost (the timer's own) is subtracted
+    like for like. The worker boundary is live, as on every EAGLE-3 server (the EAGLE worker takes the values; the
+    inner forward only counts and checks its signature). Returns (probe, reference, empty, probe's median over all
+    its forwards minus the empty's, for context), in ns."""
     from eagle_probe.runtime.integrations import target_forward as wrappers
+    from eagle_probe.runtime.values import boundary
 
-    before, after = wrappers._before_forward, wrappers._after_forward
+    after = wrappers._after_forward
     reference, empty = reference_call()
-
-    def reference_before(*args):
-        reference()
-        return ()
 
     def reference_after(*args):
         reference()
 
-    def timed(step_before, step_after, n):
+    def timed(step_after, n):
         spent = []
-
-        def timed_before(*args):
-            start = time.perf_counter_ns()
-            facts = step_before(*args)
-            spent.append(time.perf_counter_ns() - start)
-            return facts
 
         def timed_after(*args):
             start = time.perf_counter_ns()
             step_after(*args)
-            spent[-1] += time.perf_counter_ns() - start
+            spent.append(time.perf_counter_ns() - start)
 
-        wrappers._before_forward, wrappers._after_forward = timed_before, timed_after
+        wrappers._after_forward = timed_after
         try:
             time_block(runner, batch, n)
         finally:
-            wrappers._before_forward, wrappers._after_forward = before, after
+            wrappers._after_forward = after
         return spent
 
-    variants = {"probe": (before, after), "reference": (reference_before, reference_after),
-                "empty": (lambda *args: None, lambda *args: None)}
+    variants = {"probe": after, "reference": reference_after, "empty": lambda *args: None}
     medians = {name: [] for name in variants}
     samples = {name: [] for name in variants}
     names = list(variants)
-    for round_index in range(rounds):
-        # The order turns each round, so every variant runs as often first, second and third: the first block of a
-        # round ran measurably slower (the same steps in two variants measured 14.8 and 10.3 us when one always ran
-        # first), a bias against whichever variant always leads.
-        turn = round_index % len(names)
-        for name in names[turn:] + names[:turn]:
-            step_before, step_after = variants[name]
-            timed(step_before, step_after, 2)  # settle: the first forward after a switch runs the new steps cold
-            spent = timed(step_before, step_after, block)
-            medians[name].append(statistics.median(spent))
-            samples[name] += spent
+    live = boundary.LIVE[0]
+    boundary.LIVE[0] = True
+    try:
+        for round_index in range(rounds):
+            # The order turns each round, so every variant runs as often first, second and third: the first block of
+            # a round ran measurably slower (the same steps in two variants measured 14.8 and 10.3 us when one always
+            # ran first), a bias against whichever variant always leads.
+            turn = round_index % len(names)
+            for name in names[turn:] + names[:turn]:
+                timed(variants[name], 2)  # settle: the first forward after a switch runs the new step cold
+                spent = timed(variants[name], block)
+                medians[name].append(statistics.median(spent))
+                samples[name] += spent
+    finally:
+        boundary.LIVE[0] = live
     best = {name: min(values) for name, values in medians.items()}
     context = statistics.median(samples["probe"]) - statistics.median(samples["empty"])
     return best["probe"] - best["empty"], best["reference"] - best["empty"], best["empty"], context
@@ -581,6 +589,20 @@ def fingerprint_rounds(rounds=FINGERPRINT_ROUNDS):
 LOAD_BUDGET_MS = 50.0  # issue 19: the registry scan and wrapping at load time, per process (absolute: once)
 
 
+_TEMP_DIRS = []  # the probe's log directories of this run, removed at exit unless --keep-logs
+
+
+def temp_dir(prefix: str) -> str:
+    path = tempfile.mkdtemp(prefix=prefix)
+    _TEMP_DIRS.append(path)
+    return path
+
+
+def remove_temp_dirs():
+    for path in _TEMP_DIRS:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def load_cost_ms(cycles=5):
     """eagle_probe.install() with SGLang's model registry imported (every model module SGLang imports here, as a
     server has when it loads its model): scanning the registry's classes and wrapping every target found. Best of
@@ -591,7 +613,7 @@ def load_cost_ms(cycles=5):
     for _ in range(cycles):
         eagle_probe.uninstall()
         start = time.perf_counter()
-        eagle_probe.install(env={"EAGLE_PROBE_LOG_DIR": tempfile.mkdtemp(prefix="eagle-probe-load-")})
+        eagle_probe.install(env={"EAGLE_PROBE_LOG_DIR": temp_dir("eagle-probe-load-")})
         costs.append((time.perf_counter() - start) * 1000)
         wrapped = len(eagle_probe.patched_targets())
     eagle_probe.uninstall()
@@ -606,7 +628,11 @@ def main():
     parser.add_argument("--situ-block", type=int, default=10, help="forwards per in-situ block")
     parser.add_argument("--json", action="store_true", help="print one JSON object of the figures as the last line")
     parser.add_argument("--check", action="store_true", help="exit 1 when a figure is over its budget")
+    parser.add_argument("--keep-logs", action="store_true", help="keep the probe's log directories (else removed "
+                        "at exit)")
     args = parser.parse_args()
+    if not args.keep_logs:
+        atexit.register(remove_temp_dirs)
 
     from sglang_cpu.runtime import TinyBatchRunner, build_deepseek, init_runtime
     from sglang_cpu.tiny_models import deepseek_v3_config
@@ -615,7 +641,7 @@ def main():
     model = build_deepseek(deepseek_v3_config(num_hidden_layers=6, first_k_dense_replace=6), seed=0)
     model.set_eagle3_layers_to_capture([1, 3, 4])
     runner = TinyBatchRunner(model, max_tokens=4096)
-    log_dir = tempfile.mkdtemp(prefix="eagle-probe-bench-")
+    log_dir = temp_dir("eagle-probe-bench-")
     probe_env = {"EAGLE_PROBE_LOG_DIR": log_dir}  # default settings otherwise
     figures = {"target_forward_hot_us": {}, "target_forward_in_situ_us": {}, "target_forward_added_us": {},
                "target_forward_ratio": {}, "verify_step_us": {}, "in_situ_reference_us": {},
@@ -702,7 +728,7 @@ def main():
         figures["decode_step_us"][batch] = {"graph": graph, "eager": eager}
         print(f"{batch:>7}{graph:>16.2f}{graph / GPU_STEP_US:>9.3%}{eager:>11.2f}{eager / GPU_STEP_US:>9.3%}")
     eagle_probe.uninstall()
-    print(f"probe logs: {log_dir}")
+    print(f"probe logs: {log_dir}" + ("" if args.keep_logs else " (removed at exit; --keep-logs keeps them)"))
     load_ms, classes, wrapped = load_cost_ms()
     figures["load_ms"] = round(load_ms, 2)
     print(f"load: install with the registry imported ({classes} classes scanned, {wrapped} targets wrapped): "

@@ -36,7 +36,7 @@ from grafana_foundation_sdk.models.prometheus import PromQueryFormat, QueryEdito
 
 from eagle_probe.analysis.fingerprints import RMS_SPREAD_TOLERANCE  # noqa: E402  (one source each)
 from eagle_probe.analysis.findings import DRAFT_VOCAB_COVERAGE_LOW, MISMATCH_CODES  # noqa: E402
-from eagle_probe.analysis.slices import DIMENSIONS  # noqa: E402
+from eagle_probe.analysis.slices import DIMENSIONS, REQUEST_DIMENSIONS  # noqa: E402
 from eagle_probe.analysis.vocab_coverage import LOW as COVERAGE_LOW, MIN_TOKENS as COVERAGE_MIN_TOKENS  # noqa: E402
 from eagle_probe.analysis.vocab_coverage import Z as COVERAGE_Z  # noqa: E402
 
@@ -294,13 +294,16 @@ def variables():
 
 
 def slice_var():
-    """The dimension the second slice panel shows: one of analysis.slices' fixed dimensions (single choice)."""
+    """The dimension the second slice panel shows: one of analysis.slices' fixed dimensions, the schedulers' and the
+    HTTP server's entry point (single choice); a custom label's dimension is typed in as label:KEY."""
     default = "batch"
-    return (CustomVariable("slice").label("slice dimension").values(",".join(DIMENSIONS))
-            .description("Dimension of the 'Acceptance rate per draft position by $slice' panel")
-            .options([VariableOption(selected=d == default, text=d, value=d) for d in DIMENSIONS])
+    dimensions = list(DIMENSIONS) + list(REQUEST_DIMENSIONS)
+    return (CustomVariable("slice").label("slice dimension").values(",".join(dimensions))
+            .description("Dimension of the 'Acceptance rate per draft position by $slice' panel; a custom label "
+                         "allowed by --tokenizer-metrics-allowed-custom-labels: type label:KEY")
+            .options([VariableOption(selected=d == default, text=d, value=d) for d in dimensions])
             .current(VariableOption(selected=True, text=default, value=default)).multi(False).include_all(False)
-            .allow_custom_value(False))
+            .allow_custom_value(True))
 
 
 def dashboard():
@@ -318,6 +321,16 @@ def dashboard():
 
 # --------------------------------------------------------------------------------------------- alerts
 
+PROCESS = "instance, node_rank, host, tp_rank, pp_rank, dp_rank"  # the labels that name one probe process's series
+
+
+def in_tp_group(metric):
+    """`metric` with its process's tp_group label (eagle_probe_info's; the instance where that is empty)."""
+    joined = f"{metric} * on ({PROCESS}) group_left ({{}}) eagle_probe_info{{{{tp_group{{}}\"\"}}}}"
+    return (f"{joined.format('tp_group', '!=')}\nor label_replace({joined.format('', '=')}, "
+            '"tp_group", "$1", "instance", "(.*)")')
+
+
 def alerts():
     """[(name, expr, for, severity, summary, description, signal)]; `signal` is the expression without its
     threshold (what the tests require to return data from a real run)."""
@@ -328,12 +341,15 @@ def alerts():
     mismatch = f'sum by (instance, tp_rank, role, code) (eagle_probe_findings_total{{code=~"{codes}"}})'
     lost = "sum by (instance, tp_rank, role, mode) (eagle_probe_captures_lost_total)"
     errors = "sum by (instance, tp_rank, where) (eagle_probe_internal_errors_total)"
-    slot_group = "instance, role, slot, pp_rank, dp_rank"  # the ranks that must agree: one instance's tp ranks
-    rank_group = "instance, role, pp_rank, dp_rank"
-    rms_spread = (f"(max by ({slot_group}) (eagle_probe_aux_rms) - min by ({slot_group}) (eagle_probe_aux_rms))\n"
-                  f"/ avg by ({slot_group}) (eagle_probe_aux_rms)")
-    same_forward = (f"(max by ({rank_group}) (eagle_probe_aux_fingerprint_step)\n"
-                    f"== min by ({rank_group}) (eagle_probe_aux_fingerprint_step))")
+    # The ranks that must agree: one TP group, named by eagle_probe_info's tp_group (a multi-node launch's id, so
+    # that its nodes' ranks are compared; else the server's host:port), or the instance where a process has none.
+    slot_group = "tp_group, role, slot, pp_rank, dp_rank"
+    rank_group = "tp_group, role, pp_rank, dp_rank"
+    rms, step = in_tp_group("eagle_probe_aux_rms"), in_tp_group("eagle_probe_aux_fingerprint_step")
+    rms_spread = (f"(max by ({slot_group}) ({rms})\n- min by ({slot_group}) ({rms}))\n"
+                  f"/ avg by ({slot_group}) ({rms})")
+    same_forward = (f"(max by ({rank_group}) ({step})\n"
+                    f"== min by ({rank_group}) ({step}))")
     nonfinite = "sum by (instance, tp_rank, role, slot) (eagle_probe_aux_nonfinite_total)"
     # draft_vocab_coverage_low's low half (analysis.vocab_coverage) over a window: the coverage's upper confidence
     # bound c + Z * sqrt(c (1 - c) / n) = (in + Z * sqrt(in * out / n)) / n under LOW, over at least MIN_TOKENS
@@ -368,9 +384,11 @@ def alerts():
         dict(alert="EagleProbeTpRankDivergence",
              expr=f"({rms_spread}) > {RMS_SPREAD_TOLERANCE}\nand on ({rank_group})\n{same_forward}",
              signal=rms_spread, **{"for": "0m"}, severity="critical",
-             summary="Aux slot {{ $labels.slot }} differs between tp ranks on {{ $labels.instance }}",
+             summary="Aux slot {{ $labels.slot }} differs between the tp ranks of {{ $labels.tp_group }}",
              description="The RMS of aux slot {{ $labels.slot }} ({{ $labels.role }}) spreads by {{ $value }} "
-                         "(max - min over mean) across the tp ranks of one instance in the same sampled forward; "
+                         "(max - min over mean) across the tp ranks of one TP group ({{ $labels.tp_group }}: a "
+                         "multi-node launch's id, its nodes included, else the server's host:port) in the same "
+                         "sampled forward; "
                          f"healthy bf16 ranks stay under {RMS_SPREAD_TOLERANCE} (docs/values.md). A rank holding "
                          "partial sums or another state feeds its draft other values; `eagle-probe summarize` names "
                          "the ranks (tp_rank_divergence)."),

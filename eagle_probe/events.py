@@ -41,11 +41,14 @@ COMMON_FIELDS = ("event", "pid", "host", "timestamp", "level", "node_rank", "nno
                  "pp_size", "dp_rank", "attn_tp_rank", "attn_tp_size", "attn_dp_rank", "attn_dp_size")
 
 CATALOGUE = {
-    STARTED: Event("first observation in a worker process", (
+    STARTED: Event("first observation in a worker process (a rank), or SGLang's HTTP server process's first finished "
+                   "request (role: http_server)", (
         "probe_version", "sglang_version", "rules", "metrics_port", "metrics_multiprocess",
         "metrics_served_by: where this process's series are served (SGLang's /metrics, the probe's exporter, none)",
-        "launch: `id`, a hash of the arguments every node of one launch gives alike, and those arguments",
-        "flush_interval_s")),
+        "launch: `id`, a hash of the arguments every node of one launch gives alike, those arguments, and "
+        "`tp_group`, the ranks whose values must agree (the launch id across nodes, else host:port; the info series' "
+        "label)",
+        "flush_interval_s", "role: http_server in SGLang's HTTP server process, else absent")),
     CAPTURE_CONFIGURED: Event("every `set_eagle3_layers_to_capture` call", (
         "model_class", "role", "requested_ids", "layers_to_capture",
         "mapping: plus_one / as_given / default_layers", "version_rule",

@@ -70,11 +70,12 @@ def install(env=None) -> bool:
 
         rules = versions.rules_for(parsed)
 
-        def make_metrics(rank_info):
+        def make_metrics(rank_info, exporter=True):
             from .sinks.endpoint import sglang_serves_node
             from .sinks.metrics import MetricsSink
             served = sglang_serves_node(rank_info.node_rank, rules.other_nodes_serve_metrics)
-            return _shared_metrics(rank_info, config.metrics_port, lambda ranks, port: MetricsSink(
+            port = config.metrics_port if exporter else None
+            return _shared_metrics(rank_info, port, lambda ranks, port: MetricsSink(
                 ranks, port, addr=config.metrics_addr, node_served=served))
 
         STATE.recorder = Recorder(config, rules, sglang_version, logs,

@@ -14,6 +14,7 @@ from ..config import ProbeConfig, is_loopback
 from ..events import INTEGRATION_SKIPPED, METRICS_EXPOSED, STARTED
 from ..observations import Ranks
 from ..versions import SUPPORTED_RANGE_TEXT, VersionRules
+from ..analysis.traffic import HTTP_SERVER
 from .outputs import Outputs
 from .parts import PARTS
 from .periodic import Periodic
@@ -79,15 +80,35 @@ class Recorder:
         ranks = self._read_ranks()
         if ranks is None:
             return False
+        self._settle(ranks)
+        return True
+
+    def ensure_http_server(self, server_args) -> None:
+        """SGLang's HTTP server process (integrations/request_classes.py) has no place in the parallel groups: its
+        identity is its node and host. Its series go only where SGLang serves them (the multiprocess directory,
+        under --enable-metrics, on node 0's /metrics), never to an exporter of the probe's, whose port
+        (EAGLE_PROBE_METRICS_PORT + tp_rank 0) is TP rank 0's."""
+        if self.ranks is not None:
+            return
+        from .context.ranks import host
+
+        node_rank, nnodes = getattr(server_args, "node_rank", 0), getattr(server_args, "nnodes", 1)
+        self._settle(Ranks(node_rank=node_rank if isinstance(node_rank, int) else 0,
+                           nnodes=nnodes if isinstance(nnodes, int) else None, host=host()),
+                     exporter=False, role=HTTP_SERVER)
+
+    def _settle(self, ranks: Ranks, exporter: bool = True, role: Optional[str] = None):
+        """role None: a rank (its info series names its TP group); else a process of no group (no info series)."""
         self.ranks = ranks
         self.logs.bind(**ranks.fields())
-        self._start_metrics(ranks)
+        launch = self._launch()
+        self._start_metrics(ranks, exporter, None if role is not None else (launch or {}).get("tp_group", ""))
+        fields = {} if role is None else {"role": role}
         self.out.emit("info", STARTED, probe_version=__version__, sglang_version=self.sglang_version,
                       rules=self.rules.describe(), metrics_port=getattr(self.metrics, "port", None),
                       metrics_multiprocess=getattr(self.metrics, "multiprocess", None),
-                      metrics_served_by=self._served_by(ranks), launch=self._launch(),
-                      flush_interval_s=self.config.flush_interval_s)
-        return True
+                      metrics_served_by=self._served_by(ranks), launch=launch,
+                      flush_interval_s=self.config.flush_interval_s, **fields)
 
     def _served_by(self, ranks: Ranks) -> Optional[str]:
         from .sinks.endpoint import describe
@@ -103,13 +124,15 @@ class Recorder:
             self.internal_error("launch.read", exc)
             return None
 
-    def _start_metrics(self, ranks: Ranks):
+    def _start_metrics(self, ranks: Ranks, exporter: bool, tp_group: Optional[str]):
         if self._make_metrics is None:
             return
         out = self.out
         try:
-            out.metrics = self._make_metrics(ranks)
-            out.metrics.set_info(__version__, self.sglang_version or "unknown", self.rules.capture_id_rule)
+            out.metrics = self._make_metrics(ranks, exporter)
+            if tp_group is not None:
+                out.metrics.set_info(__version__, self.sglang_version or "unknown", self.rules.capture_id_rule,
+                                     tp_group)
             for integration, target in self._pending_skips:
                 out.metrics.integration_skipped(integration, target)
             out.send_pending_errors()
@@ -162,7 +185,7 @@ class Recorder:
 
     def request_finished(self, obs):
         """A finished request's traffic classes, in SGLang's HTTP server process (integrations/request_classes.py),
-        which has no ranks: its events carry its host and pid."""
+        whose identity (ensure_http_server) is its node and host."""
         if self._on_serving is not None:
             self._serving()
         self.observe("request_finished", obs)

@@ -10,6 +10,7 @@ from draft_models.simulate_chain, never from the server; SGLang's own meta_info 
 import json
 import os
 import time
+import urllib.request
 
 import pytest
 
@@ -17,9 +18,12 @@ from eagle_probe.bootstrap import BOOTSTRAP_DIR
 from eagle_probe.commands.summarize.logread import read_events
 from eagle_probe.commands.summarize.report import build_report, render_text
 from sglang_cpu.draft_models import VOCAB, build_case, map_draft, map_target, simulate_chain
+from sglang_cpu.ports import allocate_block
 from sglang_cpu.server import SGLangServer
 from sglang_cpu.spec_shims import SPEC_ENV
 from sglang_cpu.word_tokenizer import text_of, write_word_tokenizer
+
+from .conftest import metric_samples
 
 NUM_STEPS = 2
 ASSISTANT = 195  # the chat template's last token
@@ -44,9 +48,13 @@ def served(tmp_path_factory):
     case = build_case(root, "map", num_steps=NUM_STEPS)
     write_word_tokenizer(case["target"], VOCAB, TEMPLATE)
     log_dir = os.path.join(root, "probe")
+    # No --enable-metrics: TP rank 0's exporter listens on the probe's port, which the HTTP server process must
+    # leave alone (a real Prometheus reads that process's series from SGLang's /metrics: tests/prometheus)
+    exporter = allocate_block()
     server = SGLangServer(case["target"], tokenizer=True, pythonpath_prefix=[BOOTSTRAP_DIR],
                           extra_args=case["args"] + ["--tokenizer-metrics-allowed-custom-labels", "app"],
-                          env={**SPEC_ENV, "EAGLE_PROBE_LOG_DIR": log_dir, "EAGLE_PROBE_SUMMARY_INTERVAL_S": "0.2"},
+                          env={**SPEC_ENV, "EAGLE_PROBE_LOG_DIR": log_dir, "EAGLE_PROBE_SUMMARY_INTERVAL_S": "0.2",
+                               "EAGLE_PROBE_METRICS_PORT": str(exporter.extra(0))},
                           log_path=os.path.join(root, "server.log"))
     server.start()
     sampling = {"temperature": 0, "max_tokens": NEW_TOKENS, "ignore_eos": True}
@@ -63,10 +71,14 @@ def served(tmp_path_factory):
                 "meta_info"])
         time.sleep(0.5)  # past the summary interval: the next finished request writes an event with all of them
         metas.append(server.generate_raw(WORDS, NEW_TOKENS, custom_labels={"app": "batch"})["meta_info"])
+        time.sleep(1.5)  # past a flush of the exporter's series
+        with urllib.request.urlopen(f"http://127.0.0.1:{exporter.extra(0)}/metrics", timeout=10) as response:
+            exported = response.read().decode()
     finally:
         server.stop()
+        exporter.release()
     events = read_events([log_dir])
-    return dict(events=events, metas=metas, log=server.log_text())
+    return dict(events=events, metas=metas, log=server.log_text(), exported=exported)
 
 
 def _server_slices(events):
@@ -84,12 +96,29 @@ def test_each_entry_point_counts_what_sglang_and_the_construction_say(served):
                              "accepted": [REQUESTS * n for n in _per_position(chat["histogram"])]}
     assert entry["completions"] == {"request_steps": REQUESTS * raw["verify_ct"],
                                     "accepted": [REQUESTS * n for n in _per_position(raw["histogram"])]}
-    metas = served["metas"]
-    assert entry["generate"] == {
-        "request_steps": sum(m["spec_verify_ct"] for m in metas),
-        "accepted": [sum(_per_position(m["spec_correct_drafts_histogram"])[j] for m in metas)
-                     for j in range(NUM_STEPS)]}
+    assert entry["generate"] == _sglang_counts(served["metas"])
     assert event["requests_classified"] == 3 * REQUESTS + 1
+
+
+def _sglang_counts(metas):
+    """Request-steps and accepted drafts per position as SGLang's own meta_info gives them."""
+    return {"request_steps": sum(m["spec_verify_ct"] for m in metas),
+            "accepted": [sum(_per_position(m["spec_correct_drafts_histogram"])[j] for m in metas)
+                         for j in range(NUM_STEPS)]}
+
+
+def test_the_scheduler_slices_every_request_as_greedy(served):
+    """Temperature 0 is greedy (SGLang makes it top_k 1): the scheduler's `sampling` slice holds every verify step of
+    every entry point, as the construction and SGLang's meta_info count them. (No other bucket on the CPU: EAGLE-3
+    at temperature > 0 needs SGLang's CUDA rejection-sampling kernel, None here.)"""
+    [*_, last] = [e for e in served["events"] if e["event"] == "eagle_probe.acceptance_slices"
+                  and e.get("role") == "target"]
+    chat, raw = _expected(WORDS + [ASSISTANT]), _expected(WORDS)
+    generate = _sglang_counts(served["metas"])
+    greedy = {"request_steps": generate["request_steps"] + REQUESTS * (chat["verify_ct"] + raw["verify_ct"]),
+              "accepted": [n + REQUESTS * (c + r) for n, c, r in zip(
+                  generate["accepted"], _per_position(chat["histogram"]), _per_position(raw["histogram"]))]}
+    assert last["slices"]["sampling"] == {"greedy": greedy}
 
 
 def test_allowed_labels_are_sliced_and_a_refused_key_is_named_once(served):
@@ -114,3 +143,17 @@ def test_raw_prompts_are_named_low_with_the_chat_template_as_cause_and_summarize
     assert "SGLang's HTTP server" in render_text(report)
     assert [n["pids"] for n in report["nodes"]["nodes"]] == [[rank["pid"]]]  # the HTTP server is no rank
     assert not [e for e in events if e["event"] == "eagle_probe.internal_error"], served["log"][-3000:]
+
+
+def test_the_http_server_is_a_process_of_node_0_whose_series_only_sglang_would_serve(served):
+    """Its started event names its node and host and no rank; without --enable-metrics nothing serves its series,
+    and TP rank 0's exporter on the probe's port holds the schedulers' slices only (no port taken twice, no error)."""
+    started = [e for e in served["events"] if e["event"] == "eagle_probe.started"]
+    [server] = [e for e in started if e.get("role") == "http_server"]
+    [rank] = [e for e in started if e.get("role") != "http_server"]
+    assert server["node_rank"] == 0 and server["host"] == rank["host"] and server["tp_rank"] is None
+    assert server["metrics_port"] is None and server["metrics_served_by"].startswith("not served")
+    assert rank["metrics_port"] is not None and rank["tp_rank"] == 0
+    dimensions = {labels["dimension"] for labels, _ in metric_samples(served["exported"],
+                                                                       "eagle_probe_spec_slice_drafts_total")}
+    assert "batch" in dimensions and "entry" not in dimensions

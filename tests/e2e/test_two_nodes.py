@@ -46,7 +46,7 @@ def pair(tmp_path_factory):
     prompts = case["expected"]["prompts"]
     # the exporter would listen on extra(0) + tp_rank (0, 1); Prometheus on extra(4)
     prom = _prometheus(root, [f"127.0.0.1:{s.port}" for s in servers], exporter.extra(4))
-    scraped = None
+    scraped = fault_alerts = None
     try:
         control = _generate(node0, prompts)
         control_metrics = [s.flushed_metrics_text() for s in servers]
@@ -59,6 +59,7 @@ def pair(tmp_path_factory):
         logs = [s.log_text() for s in servers]
         if prom is not None:
             scraped = _scraped(prom, metrics)
+            fault_alerts = _divergence_alerts(prom)
     finally:
         stopped = stop_pair(servers)
         if prom is not None:
@@ -68,7 +69,7 @@ def pair(tmp_path_factory):
           f"stop (SIGTERM to both), seconds: node 0 {stopped[0]}, node 1 {stopped[1]}")
     return dict(case=case, control=control, fault=fault, control_metrics=control_metrics, metrics=metrics,
                 logs=logs, log_dirs=log_dirs, control_dirs=control_dirs, events=[probe_events(d) for d in log_dirs],
-                exporter_open=exporter_open, stopped=stopped, scraped=scraped)
+                exporter_open=exporter_open, stopped=stopped, scraped=scraped, fault_alerts=fault_alerts)
 
 
 def _prometheus(root, targets, port):
@@ -109,6 +110,22 @@ def _scraped(prom, metrics):
             "targets_up": prom.targets_up()}
 
 
+def _divergence_alerts(prom):
+    """The EagleProbeTpRankDivergence alerts firing (their labels), once one fires (60 s at most)."""
+    from tests.prometheus.conftest import wait_for
+
+    def firing():
+        alerts = prom.api("alerts")["data"]["alerts"]
+        return [a["labels"] for a in alerts if a["state"] == "firing"
+                and a["labels"]["alertname"] == "EagleProbeTpRankDivergence"] or None
+
+    try:
+        return wait_for(firing, 60, "the TP-divergence alert across the nodes")
+    except AssertionError:  # the test that reads it fails, with the step gauges it compared; the others run
+        steps = prom.query("eagle_probe_aux_fingerprint_step")["data"]["result"]
+        return [{"steps": {(r["metric"].get("node_rank"), r["metric"].get("role")): r["value"][1] for r in steps}}]
+
+
 def _listening(port):
     with socket.socket() as s:
         s.settimeout(0.5)
@@ -128,8 +145,10 @@ def test_each_node_names_its_node_host_ranks_and_one_launch(pair):
         assert ranked and {(e["node_rank"], e["nnodes"], e["tp_rank"], e["tp_size"]) for e in ranked} == {
             (node, 2, node, 2)}
         assert all(e["host"] == socket.gethostname() for e in events)
-        started = [e for e in events if e["event"] == "eagle_probe.started"]
+        started = [e for e in events if e["event"] == "eagle_probe.started" and e.get("role") != "http_server"]
         assert len(started) == 1  # one scheduler per node
+        servers = [e for e in events if e["event"] == "eagle_probe.started" and e.get("role") == "http_server"]
+        assert [(e["node_rank"], e["tp_rank"]) for e in servers] == ([(0, None)] if node == 0 else [])
         launches |= {(e["launch"]["id"], json.dumps(e["launch"]["args"], sort_keys=True)) for e in started}
         assert started[0]["launch"]["args"]["nnodes"] == 2
     assert len(launches) == 1, launches
@@ -138,7 +157,7 @@ def test_each_node_names_its_node_host_ranks_and_one_launch(pair):
 def test_series_go_through_sglangs_metrics_on_each_node_never_the_exporter(pair):
     assert pair["exporter_open"] == [False, False]
     served = [e["metrics_served_by"] for events in pair["events"] for e in events
-              if e["event"] == "eagle_probe.started"]
+              if e["event"] == "eagle_probe.started" and e.get("role") != "http_server"]
     assert served == ["SGLang's /metrics on node_rank 0 (its HTTP server)",
                       "SGLang's /metrics on node_rank 1 (the health server on its --port)"]
 
@@ -154,8 +173,15 @@ def _probe_series(text):
 def test_every_probe_series_is_served_once_across_both_nodes(pair):
     series = [_probe_series(text) for text in pair["metrics"]]
     for node, lines in enumerate(series):
-        assert lines and all(f'node_rank="{node}"' in line and f'tp_rank="{node}"' in line for line in lines), node
+        ranked = [line for line in lines if 'tp_rank=""' not in line]
+        assert ranked and all(f'node_rank="{node}"' in line and f'tp_rank="{node}"' in line for line in ranked), node
         assert len(lines) == len(set(lines))
+    # SGLang's HTTP server process (node 0, no TP rank): its entry-point slices, served on node 0 only
+    server = [line for line in series[0] if 'tp_rank=""' in line]
+    assert server and all('node_rank="0"' in line for line in server)
+    assert any(line.startswith("eagle_probe_spec_slice_drafts_total{") and 'dimension="entry"' in line
+               for line in server)
+    assert not [line for line in series[1] if 'tp_rank=""' in line]
     assert not set(series[0]) & set(series[1])
     # node 1's endpoint is SGLang's own (its series are there too), served once
     assert any(line.startswith("sglang:") for line in pair["metrics"][1].splitlines())
@@ -207,3 +233,13 @@ def test_pair_stops_on_sigterm(pair):
     print(f"stop times (SIGTERM to both nodes): {pair['stopped']}")
     assert all(n["scheduler"] is not None and n["scheduler"] <= 3.0 for n in pair["stopped"]), pair["stopped"]
     assert all(n["group"] is not None for n in pair["stopped"]), pair["logs"][0][-3000:]
+
+
+def test_the_divergence_alert_compares_the_ranks_of_both_nodes(pair):
+    """tp rank 0 (node 0) and tp rank 1 (node 1) are one TP group, named by the launch's id in eagle_probe_info: once
+    node 1 holds other values the alert fires for the perturbed slot, and for no slot that the ranks agree on."""
+    if pair["scraped"] is None:
+        pytest.skip("Prometheus is not installed (bash scripts/system-deps.sh as root)")
+    [launch] = {e["launch"]["id"] for events in pair["events"] for e in events if e["event"] == "eagle_probe.started"}
+    fired = {(a.get("tp_group"), a.get("role"), a.get("slot")) for a in pair["fault_alerts"]}
+    assert (launch, "target", "1") in fired and not {f for f in fired if f[2] != "1"}, pair["fault_alerts"]

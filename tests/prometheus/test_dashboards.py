@@ -5,6 +5,7 @@ import json
 import math
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -93,8 +94,10 @@ def test_dashboard_structure():
                    "Acceptance rate per draft position by $slice", "Requests by accept length", "Vocabulary coverage",
                    "Verified tokens in and out of the draft's vocabulary"):
         assert needed in titles
-    # the slice variable offers every dimension the probe counts, and the panel's default is one of them
-    assert [o["value"] for o in variables["slice"]["options"]] == list(DIMENSIONS)
+    # the slice variable offers every fixed dimension the probe counts (the schedulers' and the HTTP server's entry
+    # point), and the panel's default is one of them; a custom label's dimension is typed in
+    assert [o["value"] for o in variables["slice"]["options"]] == list(DIMENSIONS) + ["entry"]
+    assert variables["slice"]["allowCustomValue"]
     assert variables["slice"]["current"]["value"] in DIMENSIONS and not variables["slice"]["multi"]
 
 
@@ -275,7 +278,7 @@ def test_every_acceptance_panel_query_returns_data(stack):
     if stack["server_kind"] != "spec":
         pytest.skip("EAGLE_PROBE_PROM_SERVER=aux: no speculative server, no acceptance series")
     ran, failures = run_panel_queries(stack, spec=True)
-    assert ran >= 6 + len(DIMENSIONS) + 3 and not failures, "\n".join(failures)
+    assert ran >= 6 + len(DIMENSIONS) + 1 + 3 and not failures, "\n".join(failures)
 
 
 @pytest.mark.spec
@@ -297,7 +300,14 @@ def test_coverage_and_slice_values(stack):
     assert tokens[(("in_vocab", "false"),)] == 0 and tokens[(("in_vocab", "true"),)] > 0
     drafts = values(f'sum(eagle_probe_spec_drafts_total{{instance="{inst}"}})')[()]
     per_dimension = values(f'sum by (dimension) (eagle_probe_spec_slice_drafts_total{{instance="{inst}"}})')
-    assert drafts > 0 and per_dimension == {(("dimension", d),): drafts for d in DIMENSIONS}
+    assert drafts > 0 and per_dimension.pop((("dimension", "entry"),)) > 0
+    assert per_dimension == {(("dimension", d),): drafts for d in DIMENSIONS}
+    # the entry point's, once from SGLang's HTTP server process (no TP rank): every request came by /generate, and
+    # its request-steps are those each TP rank verified
+    rank0 = values(f'sum(eagle_probe_spec_drafts_total{{instance="{inst}", tp_rank="0"}})')[()]
+    entry = values(f'sum by (tp_rank, bucket) (eagle_probe_spec_slice_drafts_total{{instance="{inst}", '
+                   f'dimension="entry"}})')
+    assert {k: v for k, v in entry.items() if v} == {(("bucket", "generate"),): rank0}  # tp_rank "": no label
 
 
 @pytest.mark.spec
@@ -367,9 +377,10 @@ def test_divergent_rank_and_non_finite_values_fire_their_alerts(stack):
     if stack["server_kind"] != "spec":
         pytest.skip("EAGLE_PROBE_PROM_SERVER=aux: no TP=2 server")
     labels = wait_for(divergence_and_nonfinite, 60, "the divergence and non-finite alerts")
-    diverged = {(a["instance"], a["role"], a["slot"]) for a in labels if a["alertname"] == "EagleProbeTpRankDivergence"}
-    assert (server, "target", "1") in diverged
-    assert not {d for d in diverged if d[0] == server and d[2] != "1"}  # slots 0 and 2 agree across the ranks
+    diverged = {(a["tp_group"], a["role"], a["slot"]) for a in labels if a["alertname"] == "EagleProbeTpRankDivergence"}
+    group = f"{socket.gethostname()}:{server.rsplit(':', 1)[1]}"  # a single-node server's TP group: host:port
+    assert (group, "target", "1") in diverged
+    assert not {d for d in diverged if d[0] == group and d[2] != "1"}  # slots 0 and 2 agree across the ranks
     nonfinite = {(a["tp_rank"], a["slot"]) for a in labels if a["alertname"] == "EagleProbeAuxNonFinite"}
     assert nonfinite == {("0", "1"), ("0", "2")}
     spread = prometheus.query(f'max by (slot) (eagle_probe_aux_rms{{instance="{server}", role="target"}}) / '

@@ -128,6 +128,31 @@ def test_forward_event_reports_path_ranges_and_shapes(dense, probe):
     assert value and value[0] >= 1
 
 
+def test_layers_assigned_without_the_setter_or_edited_in_place_are_seen(dense, probe):
+    """A forward like the one before is only counted; layers that SGLang assigns directly (qwen3_vl,
+    glm4_moe_lite do) are a new forward at once, and a list edited in place is one by its aux width, which the
+    wrapper reads every SHAPE_EVERY forwards."""
+    model, runner = dense
+    model.set_eagle3_layers_to_capture([1, 3, 4])
+    runner.reset()
+    runner.extend(TOKENS, capture_hidden_mode=full_capture())
+    for _ in range(3):
+        runner.decode([11, 12], capture_hidden_mode=full_capture())
+    assert [f["mode"] for f in probe.events("eagle_probe.target.forward")] == ["EXTEND", "DECODE"]
+    model.model.layers_to_capture = [2, 3]
+    runner.decode([11, 12], capture_hidden_mode=full_capture())
+    *_, replaced = probe.events("eagle_probe.target.forward")
+    assert replaced["layers_to_capture"] == [2, 3] and replaced["aux_returned"] == 2
+    model.model.layers_to_capture.append(5)
+    for decodes in range(1, target_forward.SHAPE_EVERY + 1):
+        runner.decode([11, 12], capture_hidden_mode=full_capture())
+        if len(probe.events("eagle_probe.target.forward")) == 4:
+            break
+    *_, edited = probe.events("eagle_probe.target.forward")
+    assert edited["layers_to_capture"] == [2, 3, 5] and edited["aux_returned"] == 3
+    assert decodes <= target_forward.SHAPE_EVERY
+
+
 def test_outputs_bit_identical_with_and_without_probe(dense, tmp_path):
     model, runner = dense
     eagle_probe.uninstall()

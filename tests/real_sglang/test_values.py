@@ -100,6 +100,23 @@ def test_fingerprints_equal_statistics_of_transformers_hidden_states(dense, prob
     assert not [e for e in events(log_dir, "eagle_probe.finding")]
 
 
+def test_a_long_prefill_is_fingerprinted_over_its_first_rows(dense, probed):
+    """A sample reduces MAX_ROWS rows at most: its device temporaries stay bounded on a long prefill chunk."""
+    from eagle_probe.runtime.values.sampler import MAX_ROWS
+
+    model, _ = dense
+    runner = TinyBatchRunner(model, max_context_len=MAX_ROWS + 64)
+    log_dir = probed(**EVERY_FORWARD)
+    long = [(7 * i + 3) % 250 for i in range(MAX_ROWS + 44)]
+    runner.extend([long], capture_hidden_mode=full())
+    prints = {e["slot"]: e for e in events(log_dir, "eagle_probe.aux.fingerprint") if e["role"] == "target"}
+    for slot, index in enumerate(INDICES):
+        x = hf_states(model, long)[index][0][:MAX_ROWS]
+        assert prints[slot]["tokens"] == MAX_ROWS
+        assert prints[slot]["rms"] == pytest.approx(float(x.pow(2).mean().sqrt()), rel=1e-4)
+        assert prints[slot]["absmax"] == pytest.approx(float(x.abs().max()), rel=1e-4)
+
+
 def test_gauges_carry_the_last_sample(dense, probed):
     _, runner = dense
     probed(**EVERY_FORWARD)

@@ -42,7 +42,7 @@ def test_a_method_of_another_signature_is_skipped_with_one_event_and_a_metric(wo
     ranks = Ranks(tp_rank=0, tp_size=1, pp_rank=0, dp_rank=None)
     recorder = Recorder(ProbeConfig(flush_interval_s=0), rules_for(parse_version("0.5.23")), "0.5.23",
                         LogSink(stream=stream), lambda: ranks,
-                        lambda ranks: MetricsSink(ranks, registry=registry))
+                        lambda ranks, exporter=True: MetricsSink(ranks, registry=registry))
     monkeypatch.setattr(STATE, "recorder", recorder)
     cls = worker_module.EagleDraftWorker
     before = vars(cls)["_draft_extend_for_prefill"]

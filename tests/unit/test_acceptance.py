@@ -38,7 +38,7 @@ def make_recorder(**config):
     recorder = Recorder(ProbeConfig(flush_interval_s=0, **config), rules_for(parse_version("0.5.23")), "0.5.23",
                         LogSink(stream=stream),
                         lambda: Ranks(tp_rank=0, tp_size=1, pp_rank=0),
-                        lambda ranks: MetricsSink(ranks, registry=registry), clock=lambda: clock[0])
+                        lambda ranks, exporter=True: MetricsSink(ranks, registry=registry), clock=lambda: clock[0])
     return recorder, stream, registry, clock
 
 

@@ -103,7 +103,7 @@ def _logs(accept, requests=40, steps=6, prompt=lambda i: 10, positions=2, seed=0
     clock = [0.0]
     recorder = Recorder(ProbeConfig(flush_interval_s=0), rules_for(parse_version("0.5.23")), "0.5.23",
                         LogSink(stream=stream), lambda: Ranks(tp_rank=0, tp_size=1, pp_rank=0),
-                        lambda ranks: MetricsSink(ranks, registry=prometheus_client.CollectorRegistry()),
+                        lambda ranks, exporter=True: MetricsSink(ranks, registry=prometheus_client.CollectorRegistry()),
                         clock=lambda: clock[0])
     rng = random.Random(seed)
     for i in range(requests):

@@ -32,8 +32,8 @@ def started(addr):
     recorder = Recorder(ProbeConfig(flush_interval_s=0, metrics_port=port, metrics_addr=addr),
                         rules_for(parse_version("0.5.23")), "0.5.23", LogSink(stream=stream),
                         lambda: Ranks(tp_rank=0, tp_size=1, pp_rank=0),
-                        lambda ranks: MetricsSink(ranks, port, registry=prometheus_client.CollectorRegistry(),
-                                                  addr=addr))
+                        lambda ranks, exporter=True: MetricsSink(
+                            ranks, port, registry=prometheus_client.CollectorRegistry(), addr=addr))
     recorder.verify_step(VerifyStep((1,), 2))
     return recorder, [json.loads(line) for line in stream.getvalue().splitlines()], port
 

@@ -31,7 +31,7 @@ def make(rules=RULES_0_5_23, interval=60.0, every=False):
     recorder = Recorder(ProbeConfig(summary_interval_s=interval, log_every_forward=every, flush_interval_s=0),
                         rules, "0.5.23",
                         LogSink(stream=stream), lambda: Ranks(tp_rank=1, tp_size=2, pp_rank=0, dp_rank=None),
-                        lambda ranks: MetricsSink(ranks, registry=registry), clock=clock)
+                        lambda ranks, exporter=True: MetricsSink(ranks, registry=registry), clock=clock)
     return recorder, stream, registry, clock
 
 

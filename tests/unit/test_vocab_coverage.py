@@ -197,7 +197,7 @@ def make(interval=1.0, **config):
     recorder = Recorder(ProbeConfig(summary_interval_s=interval, flush_interval_s=0, **config),
                         rules_for(parse_version("0.5.23")), "0.5.23", LogSink(stream=stream),
                         lambda: Ranks(tp_rank=0, tp_size=1, pp_rank=0, dp_rank=None),
-                        lambda ranks: MetricsSink(ranks, registry=registry), clock=clock)
+                        lambda ranks, exporter=True: MetricsSink(ranks, registry=registry), clock=clock)
     recorder.ensure_ranks()
     return recorder, stream, registry, clock
 

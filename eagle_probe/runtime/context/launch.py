@@ -31,14 +31,26 @@ def _plain(value):
     return value if isinstance(value, (str, int, float, bool)) or value is None else str(value)
 
 
-def launch_of(server_args) -> Optional[dict]:
-    """{"id": 12 hex digits, "args": {name: value}}; None without server args."""
+def launch_of(server_args, host: str = "") -> Optional[dict]:
+    """{"id": 12 hex digits, "args": {name: value}, "tp_group": ...}; None without server args."""
     if server_args is None:
         return None
     shared = {name: _plain(getattr(server_args, name, None)) for name in SHARED_ARGS}
     digest = hashlib.sha256(json.dumps(shared, sort_keys=True).encode()).hexdigest()[:12]
-    return {"id": digest, "args": shared}
+    return {"id": digest, "args": shared, "tp_group": tp_group(digest, shared.get("nnodes"), host,
+                                                               getattr(server_args, "port", None))}
+
+
+def tp_group(launch_id: str, nnodes, host: str, port) -> str:
+    """The ranks whose values must agree (the TP-divergence alert groups by it): a multi-node launch's id (its nodes
+    share the rendezvous address, which tells one deployment's launches apart), else this server, host:port: the
+    replicas of one single-node deployment share their arguments, so the id alone would put them together."""
+    if isinstance(nnodes, int) and nnodes > 1:
+        return launch_id
+    return f"{host}:{port}"
 
 
 def read_launch() -> Optional[dict]:
-    return launch_of(_server_args())
+    from .ranks import host
+
+    return launch_of(_server_args(), host())

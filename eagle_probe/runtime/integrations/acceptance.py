@@ -15,7 +15,6 @@ are (runtime/values/coverage.py): the v2 resolver's return value (per-request li
 output's token tensor.
 """
 
-from operator import attrgetter
 from time import time as _now
 
 from ... import versions
@@ -24,9 +23,6 @@ from ...observations import VerifyStep
 from ..state import STATE
 from ..patcher import Integration, PatchTarget
 from ..values.verify_dumps import V1, V2
-
-_is_retracted = attrgetter("is_retracted")
-_finished_reason = attrgetter("finished_reason")  # Req.finished() is `finished_reason is not None`
 
 _fields = {}  # dotted target -> field name for the installed release (resolved once)
 _positions = []  # [draft positions]: a server's speculative steps never change, read once
@@ -73,13 +69,26 @@ def _draft_positions(instance, result=None) -> int:
     return steps
 
 
+def _any_ended(reqs) -> bool:
+    """Whether a request of the step had finished (or was retracted, once a retraction was seen). A plain loop: its
+    specialised attribute reads cost half of any(map(attrgetter(...), reqs)) at a batch of 128."""
+    if _retractions[0]:
+        for req in reqs:
+            if req.finished_reason is not None or req.is_retracted:
+                return True
+        return False
+    for req in reqs:
+        if req.finished_reason is not None:  # the body of Req.finished()
+            return True
+    return False
+
+
 def _live(counts, reqs):
     """(counts, requests) of the requests still running: with the overlap scheduler a request that finished (or
-    was retracted) in the previous step rides one more verify step whose tokens SGLang discards. The common case
-    (none finished) is decided by one pass in C that builds nothing (a finish reason is a true object), and a
-    second for retracted requests once a retraction was seen; the requests are then a copy of the batch's list
-    (a C copy: the slices read them later, and SGLang may rebind or change its list)."""
-    if not any(map(_finished_reason, reqs)) and not (_retractions[0] and any(map(_is_retracted, reqs))):
+    was retracted) in the previous step rides one more verify step whose tokens SGLang discards. In the common case
+    (none ended) the requests are a copy of the batch's list (a C copy: the slices read them later, and SGLang may
+    rebind or change its list)."""
+    if not _any_ended(reqs):
         return counts, reqs[:]
     live = [(n, req) for n, req in zip(counts, reqs) if not (req.is_retracted or req.finished())]
     return [n for n, _ in live], [req for _, req in live]

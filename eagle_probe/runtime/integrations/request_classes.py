@@ -64,6 +64,8 @@ def _label_values(manager) -> LabelValues:
 
 
 def _finished(manager, recv_obj, i: int):
+    recorder = STATE.recorder
+    recorder.ensure_http_server(manager.server_args)  # its node and host, and SGLang's /metrics for its series
     entry, labels = _pending.pop(recv_obj.rids[i], (UNKNOWN, None))
     histograms = getattr(recv_obj, versions.REQUEST_HISTOGRAM_FIELD, None)
     if not histograms or len(histograms) <= i or not histograms[i]:
@@ -76,10 +78,9 @@ def _finished(manager, recv_obj, i: int):
         reason = (f"the server does not allow it (--tokenizer-metrics-allowed-custom-labels: {allowed})"
                   if why == "not_allowed" else "it reached its bound of distinct values; further values are "
                                                "counted as 'other'")
-        STATE.recorder.out.emit("warning", CUSTOM_LABEL_NOT_SLICED, key=key, reason=why, allowed=list(values.allowed),
+        recorder.out.emit("warning", CUSTOM_LABEL_NOT_SLICED, key=key, reason=why, allowed=list(values.allowed),
                                 message=f"custom label {key!r}: {reason}")
-    STATE.recorder.request_finished(RequestFinished(classes, lengths_from_histogram(histograms[i], positions),
-                                                    positions))
+    recorder.request_finished(RequestFinished(classes, lengths_from_histogram(histograms[i], positions), positions))
 
 
 def finish_wrapper(wrapped, instance, args, kwargs):

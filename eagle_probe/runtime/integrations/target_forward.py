@@ -25,7 +25,7 @@ class _ModelStatic:
     attribute read per forward); a copy or pickle of the module carries None instead, so it reads its own."""
 
     __slots__ = ("model_class", "role", "num_layers", "start_layer", "end_layer", "first_k_dense_replace",
-                 "splits", "last", "forwards", "capturing", "flags", "periodic", "tensor")
+                 "splits", "last", "forwards", "capturing", "flags", "tensor")
 
     def __init__(self, instance):
         self.model_class = type(instance).__name__
@@ -40,11 +40,12 @@ class _ModelStatic:
         row = INNER_ROWS.get(type(instance))
         self.splits = {tbo: _split(row, self.start_layer, self.end_layer, self.first_k_dense_replace, tbo)
                        for tbo in (False, True)}
-        self.last = {}  # forward mode -> (signature, its count cell, lost slots, due cell or None, count key)
+        # forward mode -> (layers object, can_run_tbo, capturing, aux shapes, its count cell, lost slots, due cell or
+        # None, count key) of the last forward observed
+        self.last = {}
         self.forwards = 0  # this model's forwards so far: the `step` of a fingerprint
         self.capturing = graph_capture.reader()
         self.flags = graph_capture.flag_dicts()  # SGLang's capture flags read directly where that is proven
-        self.periodic = STATE.recorder.periodic  # its hot-path tick check (statics are dropped at uninstall)
         import torch  # imported by SGLang long before its first forward
 
         self.tensor = torch.Tensor
@@ -104,15 +105,31 @@ def _forward_facts(instance, args, kwargs):
             else static.capturing())
 
 
-def _before_forward(instance, args, kwargs):
-    """What the step after the forward reads from. It reads the facts then, not here: each object is touched once,
-    when the forward has left the caches cold, instead of before it and again after (14 % less in situ)."""
-    return instance, args, kwargs
+# The aux width is read on a signature's first forward and on every SHAPE_EVERY-th forward after: the packed width
+# follows from the layers and the model (both checked on every forward), and reading it from the tensor is a third of
+# the hot path's cost in situ. A width that changes under an unchanged signature is seen within SHAPE_EVERY forwards.
+SHAPE_EVERY = 64
+_SHAPE_MASK = SHAPE_EVERY - 1
+_UNSEEN = object()  # the layers' object where the module keeps none in its own dict: never the same, always checked
 
 
-def _after_forward(facts, result, error):
-    instance, args, kwargs = facts
-    static = instance.__dict__.get("_eagle_probe_static")
+def _aux_shapes(result, tensor):
+    """The packed aux width alone (a list: its length and last width); the hidden width and dtype are the model's and
+    do not change. No helper call on either format (Llama, Qwen, ... return a list)."""
+    aux = result[1] if type(result) is tuple and len(result) == 2 else None
+    if type(aux) is tensor:
+        return aux.shape[-1]  # cheaper than size(-1), which parses its arguments
+    if isinstance(aux, list) and aux:
+        return len(aux), aux[-1].shape[-1]
+    return result_key(result)
+
+
+def _after_forward(instance, args, kwargs, result, error):
+    """Everything the wrapper learns of a forward, read after it returned: each object is touched once, when the
+    forward has left the caches cold. Periodic events are not ticked here: ModelRunner.forward's hook and the verify
+    step tick them on every path (runtime/parts/forwards.py, integrations/acceptance.py)."""
+    own = instance.__dict__
+    static = own.get("_eagle_probe_static")
     if static is None:
         static = _new_static(instance)
     forward_batch = args[2] if len(args) > 2 else kwargs["forward_batch"]
@@ -120,34 +137,23 @@ def _after_forward(facts, result, error):
     flags = static.flags
     capturing = (flags[0]["is_capture_mode"] or flags[1]["_in_breakable_cuda_graph"] if flags is not None
                  else static.capturing())
-    layers = tuple(instance.layers_to_capture)
     can_run_tbo = forward_batch.tbo_split_seq_index is not None
     static.forwards += 1
-    signature = None
-    if error is None:
-        aux = result[1] if type(result) is tuple and len(result) == 2 else None
-        # The packed aux width alone (a list: its length and last width): the hidden width and dtype are the
-        # model's and do not change. No helper call on either format (Llama, Qwen, ... return a list).
-        if type(aux) is static.tensor:
-            shapes = aux.shape[-1]  # cheaper than size(-1), which parses its arguments
-        elif isinstance(aux, list) and aux:
-            shapes = (len(aux), aux[-1].shape[-1])
-        else:
-            shapes = result_key(result)
-        signature = (layers, can_run_tbo, capturing, shapes)
-        last = static.last.get(mode)  # none under log_every_forward: every forward is then observed
-        if last is not None and last[0] == signature:
-            # Seen just before: counted in its cell; sampled when its mode is and its role's bucket has begun.
-            last[1][0] += 1
-            due = last[3]
-            if due is not None and _wall() >= due[0]:
-                _sample(static, mode, forward_batch, result, layers)
-            if last[2]:
-                STATE.recorder.counts.count_lost(last[4], last[2])
-            periodic = static.periodic
-            if periodic.hot_ticks and periodic.clock() >= periodic.next_tick:
-                periodic.tick()
-            return
+    last = static.last.get(mode) if error is None else None  # none under log_every_forward: every forward observed
+    # Seen just before (the same layers object, which SGLang replaces and never edits in place; the same TBO split
+    # and capture state; the same aux width when it is read): counted in its cell; sampled when its mode is and its
+    # role's bucket has begun.
+    if (last is not None and last[0] is own.get("layers_to_capture") and last[1] is can_run_tbo
+            and last[2] == capturing
+            and (static.forwards & _SHAPE_MASK or last[3] == _aux_shapes(result, static.tensor))):
+        last[4][0] += 1
+        due = last[6]
+        if due is not None and _wall() >= due[0]:
+            _sample(static, mode, forward_batch, result, tuple(instance.layers_to_capture))
+        if last[5]:
+            STATE.recorder.counts.count_lost(last[7], last[5])
+        return
+    layers = tuple(instance.layers_to_capture)
     recorder = STATE.recorder
     sampler = recorder.fingerprints
     sampled = (sampler is not None and not capturing and mode in sampled_members(type(mode))
@@ -159,7 +165,9 @@ def _after_forward(facts, result, error):
     recorder.target_forward(obs)
     if error is None and not recorder.log_every_forward:
         key = forward_count_key(obs)
-        static.last[mode] = (signature, recorder.counts.cell(key), len(obs.lost),
+        layers_object = own.get("layers_to_capture")
+        static.last[mode] = (_UNSEEN if layers_object is None else layers_object, can_run_tbo, capturing,
+                             _aux_shapes(result, static.tensor), recorder.counts.cell(key), len(obs.lost),
                              sampler.due_cell(static.role) if sampled else None, key)
 
 
@@ -173,13 +181,8 @@ def _sample(static, mode, forward_batch, result, layers):
 def model_forward_wrapper(wrapped, instance, args, kwargs):
     if not STATE.active:
         return wrapped(*args, **kwargs)
-    try:
-        facts = _before_forward(instance, args, kwargs)
-    except Exception as exc:
-        STATE.report_error("target.forward.before", exc)
-        facts = None
     dump = None
-    if facts is not None and STATE.recorder.dump_planner is not None and STATE.recorder.dumps.inner_dumps():
+    if STATE.recorder.dump_planner is not None and STATE.recorder.dumps.inner_dumps():
         try:
             dump_facts = _forward_facts(instance, args, kwargs)
             static, forward_batch, _, _, can_run_tbo, capturing = dump_facts
@@ -191,11 +194,10 @@ def model_forward_wrapper(wrapped, instance, args, kwargs):
     except Exception as error:
         if dump is not None:
             dump.remove_taps()
-        if facts is not None:
-            try:
-                _after_forward(facts, None, error)
-            except Exception as exc:
-                STATE.report_error("target.forward.after", exc)
+        try:
+            _after_forward(instance, args, kwargs, None, error)
+        except Exception as exc:
+            STATE.report_error("target.forward.after", exc)
         raise
     if dump is not None:
         try:
@@ -209,11 +211,10 @@ def model_forward_wrapper(wrapped, instance, args, kwargs):
     if (boundary.LIVE[0] and STATE.recorder.dump_planner is not None and type(result) is tuple and len(result) == 2
             and not graph_capture.is_capturing()):
         boundary.LAST_FORWARD[0] = result  # its final hidden state goes into the worker's dump of this forward
-    if facts is not None:
-        try:
-            _after_forward(facts, result, None)
-        except Exception as exc:
-            STATE.report_error("target.forward.after", exc)
+    try:
+        _after_forward(instance, args, kwargs, result, None)
+    except Exception as exc:
+        STATE.report_error("target.forward.after", exc)
     return result
 
 

@@ -44,9 +44,10 @@ class MetricsSink:
             self._label_names[id(metric)] = labels
             return metric
 
-        self.info = gauge("eagle_probe_info", "Probe and SGLang versions in this process, and its group widths and "
-                          "attention places (value 1).",
-                          ("probe_version", "sglang_version", "rules") + tuple(self._sizes))
+        self.info = gauge("eagle_probe_info", "Probe and SGLang versions in this process, its group widths and "
+                          "attention places, and tp_group: the ranks whose values must agree (a multi-node launch's "
+                          "id, else this server's host:port) (value 1; SGLang's HTTP server process has none).",
+                          ("probe_version", "sglang_version", "rules", "tp_group") + tuple(self._sizes))
         self.forwards = counter("eagle_probe_target_forwards_total",
                                 "Python-level forwards of the target's inner model (DeepseekV2Model, LlamaModel, ...; "
                                 "eager steps and CUDA-graph capture runs).",
@@ -135,8 +136,8 @@ class MetricsSink:
             child = self._children[key] = metric.labels(**labels)
         return child
 
-    def set_info(self, probe_version: str, sglang_version: str, rules: str):
-        self._child(self.info, probe_version, sglang_version, rules, *self._sizes.values()).set(1)
+    def set_info(self, probe_version: str, sglang_version: str, rules: str, tp_group: str = ""):
+        self._child(self.info, probe_version, sglang_version, rules, tp_group, *self._sizes.values()).set(1)
 
     # Counted values arrive at a flush, as (labels, amount added since the last flush). Every series is resolved
     # before the first one is increased: a call that fails (a new series cannot be created) adds nothing, and the

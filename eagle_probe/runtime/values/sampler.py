@@ -14,6 +14,12 @@ from typing import NamedTuple, Optional, Tuple
 from .fingerprint import Fingerprinter
 
 
+# Rows a fingerprint reduces at most: the reductions' temporaries on the device are a few times rows x slots x width
+# float32 values (3 x 7168 channels: 22 MB each at 256 rows, where a whole 8192-token prefill chunk would take 704 MB
+# each, out of the memory a server leaves for activations).
+MAX_ROWS = 256
+
+
 class SampleContext(NamedTuple):
     """What the recorder needs besides the numbers: whose states, which forward, which layers."""
 
@@ -55,7 +61,11 @@ class FingerprintSampler:
         return cell
 
     def queue(self, states, slots: int, width: int, context: SampleContext) -> bool:
-        """Queue the reductions of states [T, slots * width] (real tokens only) on their device."""
+        """Queue the reductions of states [T, slots * width] (real tokens only) on their device, over its first
+        MAX_ROWS rows."""
+        if states.shape[0] > MAX_ROWS:
+            states = states[:MAX_ROWS]
+            context = context._replace(tokens=MAX_ROWS)
         key = (slots, width, states.device)
         fingerprinter = self._fingerprinters.get(key)
         if fingerprinter is None:
