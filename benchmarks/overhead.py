@@ -48,6 +48,7 @@ warm reference does not scale the cost of cold caches, which depends on the mach
 
 import argparse
 import atexit
+import contextlib
 import json
 import os
 import shutil
@@ -152,17 +153,23 @@ def inner_forward_result(runner, batch):
         return runner.model.model.forward(batch.input_ids, batch.positions, batch)
 
 
+@contextlib.contextmanager
+def worker_boundary_live():
+    """As on every EAGLE-3 server: the EAGLE worker takes the values, the inner forward only counts and checks."""
+    from eagle_probe.runtime.values import boundary
+
+    live, boundary.LIVE[0] = boundary.LIVE[0], True
+    try:
+        yield
+    finally:
+        boundary.LIVE[0] = live
+
+
 def probe_work(inner, batch, result, n):
     """Wrapper cost alone: same instance, args and result as the real inner forward, the worker boundary live (as
     on every EAGLE-3 server: the inner forward then takes no values)."""
-    from eagle_probe.runtime.values import boundary
-
-    args = (batch.input_ids, batch.positions, batch)
-    live, boundary.LIVE[0] = boundary.LIVE[0], True
-    try:
-        return _probe_work(inner, args, result, n)
-    finally:
-        boundary.LIVE[0] = live
+    with worker_boundary_live():
+        return _probe_work(inner, (batch.input_ids, batch.positions, batch), result, n)
 
 
 def _probe_work(inner, args, result, n):
@@ -192,7 +199,6 @@ def in_situ(runner, batch, rounds, block):
     inner forward only counts and checks its signature). Returns (probe, reference, empty, probe's median over all
     its forwards minus the empty's, for context), in ns."""
     from eagle_probe.runtime.integrations import target_forward as wrappers
-    from eagle_probe.runtime.values import boundary
 
     after = wrappers._after_forward
     reference, empty = reference_call()
@@ -219,9 +225,7 @@ def in_situ(runner, batch, rounds, block):
     medians = {name: [] for name in variants}
     samples = {name: [] for name in variants}
     names = list(variants)
-    live = boundary.LIVE[0]
-    boundary.LIVE[0] = True
-    try:
+    with worker_boundary_live():
         for round_index in range(rounds):
             # The order turns each round, so every variant runs as often first, second and third: the first block of
             # a round ran measurably slower (the same steps in two variants measured 14.8 and 10.3 us when one always
@@ -232,8 +236,6 @@ def in_situ(runner, batch, rounds, block):
                 spent = timed(variants[name], block)
                 medians[name].append(statistics.median(spent))
                 samples[name] += spent
-    finally:
-        boundary.LIVE[0] = live
     best = {name: min(values) for name, values in medians.items()}
     context = statistics.median(samples["probe"]) - statistics.median(samples["empty"])
     return best["probe"] - best["empty"], best["reference"] - best["empty"], best["empty"], context
@@ -499,21 +501,20 @@ def step_hooks_us(runner, model, n):
     result.logits_output = LogitsProcessorOutput(next_token_logits=None,
                                                  hidden_states=torch.zeros(4 * len(reqs), 3 * model.config.hidden_size))
     sampler = STATE.recorder.fingerprints
-    live = boundary.LIVE[0]
-    boundary.LIVE[0] = True
-    try:
-        if sampler is not None:
-            sampler.due_cell(boundary.WORKER)[0] = NEVER  # not due: the step every other step of an interval is
-        errors = STATE.recorder.out.errors_total
-        args = (batch, result)
-        bare, probed = paired_median_ns(lambda: returns(*args),
-                                        lambda: eagle_worker.decode_wrapper(returns, worker, args, {}), n)
-        if STATE.recorder.out.errors_total != errors:
-            raise SystemExit("the worker hand-off hook counted internal errors: the figure would not be its path's")
-    finally:
-        boundary.LIVE[0] = live
-        if sampler is not None:
-            sampler.due_cell(boundary.WORKER)[0] = 0.0
+    with worker_boundary_live():
+        try:
+            if sampler is not None:
+                sampler.due_cell(boundary.WORKER)[0] = NEVER  # not due: the step every other step of an interval is
+            errors = STATE.recorder.out.errors_total
+            args = (batch, result)
+            bare, probed = paired_median_ns(lambda: returns(*args),
+                                            lambda: eagle_worker.decode_wrapper(returns, worker, args, {}), n)
+            if STATE.recorder.out.errors_total != errors:
+                raise SystemExit("the worker hand-off hook counted internal errors: the figure would not be its "
+                                 "path's")
+        finally:
+            if sampler is not None:
+                sampler.due_cell(boundary.WORKER)[0] = 0.0
     return runner_forward, (probed - bare) / 1000
 
 

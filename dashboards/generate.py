@@ -326,9 +326,9 @@ PROCESS = "instance, node_rank, host, tp_rank, pp_rank, dp_rank"  # the labels t
 
 def in_tp_group(metric):
     """`metric` with its process's tp_group label (eagle_probe_info's; the instance where that is empty)."""
-    joined = f"{metric} * on ({PROCESS}) group_left ({{}}) eagle_probe_info{{{{tp_group{{}}\"\"}}}}"
-    return (f"{joined.format('tp_group', '!=')}\nor label_replace({joined.format('', '=')}, "
-            '"tp_group", "$1", "instance", "(.*)")')
+    join = f"{metric} * on ({PROCESS}) group_left"
+    return (f'{join} (tp_group) eagle_probe_info{{tp_group!=""}}\n'
+            f'or label_replace({join} () eagle_probe_info{{tp_group=""}}, "tp_group", "$1", "instance", "(.*)")')
 
 
 def alerts():

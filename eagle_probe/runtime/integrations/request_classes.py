@@ -79,7 +79,7 @@ def _finished(manager, recv_obj, i: int):
                   if why == "not_allowed" else "it reached its bound of distinct values; further values are "
                                                "counted as 'other'")
         recorder.out.emit("warning", CUSTOM_LABEL_NOT_SLICED, key=key, reason=why, allowed=list(values.allowed),
-                                message=f"custom label {key!r}: {reason}")
+                          message=f"custom label {key!r}: {reason}")
     recorder.request_finished(RequestFinished(classes, lengths_from_histogram(histograms[i], positions), positions))
 
 

@@ -114,8 +114,8 @@ _UNSEEN = object()  # the layers' object where the module keeps none in its own 
 
 
 def _aux_shapes(result, tensor):
-    """The packed aux width alone (a list: its length and last width); the hidden width and dtype are the model's and
-    do not change. No helper call on either format (Llama, Qwen, ... return a list)."""
+    """The packed aux width alone (a list, as Llama, Qwen, ... return: its length and last width); the hidden width and
+    dtype are the model's and do not change. Other results: their whole shape facts (result_key)."""
     aux = result[1] if type(result) is tuple and len(result) == 2 else None
     if type(aux) is tensor:
         return aux.shape[-1]  # cheaper than size(-1), which parses its arguments

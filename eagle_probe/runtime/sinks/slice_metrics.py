@@ -9,7 +9,7 @@ from ...analysis.slices import DIMENSIONS, REQUEST_DIMENSIONS, REQUEST_LENGTH_BU
 from .metrics import RANK_LABELS
 
 _SERIES = "_slice_series"
-_MADE = "_slice_series_made"  # (draft positions, dimensions, request lengths) the series at zero were made for
+_MADE = "_slice_series_made"  # (draft positions, dimensions) the series at zero were made for
 FIXED_DIMENSIONS = {**DIMENSIONS, **REQUEST_DIMENSIONS}
 
 
