@@ -315,7 +315,7 @@ def test_search_needs_all_layer_dumps_and_bad_options(inputs, tmp_path, capsys):
     aux_only = tmp_path / "aux"
     write_dump(aux_only, layers=False)
     _bad(capsys, ["--draft", draft, "--target", target, "--dump-dir", str(aux_only), "--search"],
-         "EAGLE_PROBE_DUMP_LAYERS=all")
+         "EAGLE_PROBE_DUMP_LAYERS=all", "eager forwards only", "--disable-cuda-graph")
     dumps = str(tmp_path / "dumps")
     _bad(capsys, ["--draft", draft, "--target", target, "--dump-dir", dumps, "--wiring", "hf:1,2"], "--wiring",
          "takes 3 aux states")

@@ -116,7 +116,8 @@ def replay(draft_dir: str, target_dir: str, dump: str, do_search: bool = False, 
         raise ReplayInputError(
             f"--dump-dir {dump}: the dumps hold the served aux states only (no hidden_states.I tensors); "
             f"{'--search' if do_search else '--wiring'} needs all-layer dumps: EAGLE_PROBE_DUMP_LAYERS=all "
-            f"(SGLang 0.5.14+)")
+            f"(SGLang 0.5.14+), which the target's layers write from eager forwards only: serve the dumped "
+            f"prompts with --disable-cuda-graph (a forward replayed from a CUDA graph runs no layer's Python)")
     for wiring in extra:
         absent = [i for i in wiring if i not in rows.layers]
         if absent:
