@@ -20,4 +20,7 @@ LAYER_PREFIX = "hidden_states."  # hidden_states.I: the residual stream entering
 # rows); per request, the drafts the verify step accepted (-1: unknown) and the committed tokens before its first row.
 ACCEPTED = "accepted_drafts"  # [B] int64: rows 0..accepted of the request were committed (row 0 always is)
 PREFIX_IDS, PREFIX_COUNTS = "committed_ids", "committed_counts"  # the B prefixes back to back, [B] their lengths
+# Verify dumps the EAGLE worker boundary takes: [T] int64, the target's greedy token after each row (the argmax of the
+# verify logits SGLang hands the worker), so that replay has labels where no final hidden state was dumped.
+TARGET_IDS = "target_next_ids"
 EXTEND_MODE, VERIFY_MODE = "EXTEND", "TARGET_VERIFY"

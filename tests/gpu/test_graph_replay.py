@@ -89,12 +89,16 @@ def test_worker_boundary_reductions_on_a_replayed_output_never_sync():
     graph.replay()
     sampler = FingerprintSampler(0.001)
     sampler.inline = False  # read below, as the flush thread does
+    logits = torch.randn(TOKENS, 50, device="cuda")
     handoff = boundary.Handoff("TARGET_VERIFY", aux, torch.arange(TOKENS, device="cuda"),
-                               torch.arange(TOKENS, device="cuda"), TOKENS, (), None, None, (1, 2, 3), 4, "Inner")
+                               torch.arange(TOKENS, device="cuda"), TOKENS, (), None, None, (1, 2, 3), 4, "Inner",
+                               logits)
     torch.cuda.set_sync_debug_mode("error")
     try:
         boundary.sample(sampler, None, handoff, step=1)
-        job = DumpJob({"aux_hidden_states": aux, "input_ids": handoff.input_ids}, {"mode": "TARGET_VERIFY"})
+        # what a worker verify dump holds: the aux states, the tokens and the target's greedy ids (argmax on device)
+        job = DumpJob({"aux_hidden_states": aux, "input_ids": handoff.input_ids,
+                       "target_next_ids": torch.argmax(handoff.logits, -1)}, {"mode": "TARGET_VERIFY"})
     finally:
         torch.cuda.set_sync_debug_mode("default")
     _wait(lambda: sampler.pending and sampler.pending[0][0].ready())
@@ -102,6 +106,7 @@ def test_worker_boundary_reductions_on_a_replayed_output_never_sync():
     assert context.source == "worker" and context.capture_indices == (1, 2, 3) and context.tokens == TOKENS
     _wait(job.ready)
     assert torch.equal(job.tensors["aux_hidden_states"], aux.cpu())
+    assert torch.equal(job.tensors["target_next_ids"], logits.cpu().argmax(-1))
     reference = Fingerprinter(SLOTS, H, torch.device("cpu")).queue(aux.cpu()).read()
     for got, want in zip(values, reference):
         assert got[0] == pytest.approx(want[0], rel=1e-4) and got[3] == want[3] == 0

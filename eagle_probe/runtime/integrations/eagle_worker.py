@@ -101,7 +101,7 @@ def _prefill_handoff(worker, args, kwargs):
     lens, prefix = list(batch.extend_lens), list(batch.prefix_lens)
     rows = min(sum(lens), aux.shape[0])
     handoff = Handoff("EXTEND", aux, batch.input_ids, lambda: _host_positions(prefix, lens), rows, batch.reqs, lens,
-                      prefix, tuple(static.inner.layers_to_capture), static.num_layers, static.model_class)
+                      prefix, tuple(static.inner.layers_to_capture), static.num_layers, static.model_class, None)
     return static, handoff
 
 
@@ -121,7 +121,7 @@ def _decode_handoff(worker, args, kwargs):
     rows = aux.shape[0]
     handoff = Handoff("TARGET_VERIFY", aux, batch.input_ids, lambda: _verify_positions(batch, rows), rows,
                       batch.reqs, None, None, tuple(static.inner.layers_to_capture), static.num_layers,
-                      static.model_class)
+                      static.model_class, getattr(logits_output, "next_token_logits", None))
     return static, handoff
 
 

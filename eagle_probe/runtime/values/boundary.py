@@ -18,7 +18,7 @@ import time
 
 from ... import __version__
 from ...analysis.layers import capture_label
-from ...dump_format import AUX, FINAL, INPUT_IDS, POSITIONS, PREFIX_LENS, SEQ_LENS, VERIFY_MODE
+from ...dump_format import AUX, FINAL, INPUT_IDS, POSITIONS, PREFIX_LENS, SEQ_LENS, TARGET_IDS, VERIFY_MODE
 from .dumps import DumpJob
 from .sampler import SampleContext, deliver_ready
 from .verify_dumps import VerifyDumpJob, unmatched_verify
@@ -51,14 +51,15 @@ class Handoff:
     """One target forward's hand-off, read from the worker's arguments before it runs the draft."""
 
     __slots__ = ("mode", "aux", "input_ids", "positions", "rows", "reqs", "seq_lens", "prefix_lens",
-                 "layers", "num_layers", "model_class")
+                 "layers", "num_layers", "model_class", "logits")
 
     def __init__(self, mode, aux, input_ids, positions, rows, reqs, seq_lens, prefix_lens, layers, num_layers,
-                 model_class):
-        # positions: a tensor, or a callable making it (only for a dumped forward); reqs: SGLang's Req list
+                 model_class, logits):
+        # positions: a tensor, or a callable making it (only for a dumped forward); reqs: SGLang's Req list;
+        # logits: the verify forward's per-row logits (None for a prefill, whose logits are its last rows' only)
         self.mode, self.aux, self.input_ids, self.positions, self.rows = mode, aux, input_ids, positions, rows
         self.reqs, self.seq_lens, self.prefix_lens = reqs, seq_lens, prefix_lens
-        self.layers, self.num_layers, self.model_class = layers, num_layers, model_class
+        self.layers, self.num_layers, self.model_class, self.logits = layers, num_layers, model_class, logits
 
 
 def slot_layout(aux, layers):
@@ -121,13 +122,16 @@ def submit_dump(recorder, planner, handoff: Handoff, step: int) -> None:
     tensors = {AUX: handoff.aux[:rows], INPUT_IDS: handoff.input_ids[:rows], POSITIONS: positions[:rows]}
     if final is not None:
         tensors[FINAL] = final
+    logits = handoff.logits
+    if logits is not None and logits.dim() == 2 and logits.shape[0] == rows:
+        tensors[TARGET_IDS] = torch.argmax(logits, -1)  # on the device, copied like the rest: no synchronisation
     for name, values in ((SEQ_LENS, handoff.seq_lens), (PREFIX_LENS, handoff.prefix_lens)):
         if values is not None:
             tensors[name] = torch.tensor(values, dtype=torch.int64)
     slots, width, indices = layout
     metadata = dump_metadata(recorder, handoff.model_class, handoff.aux.dtype, handoff.mode, step, plan.step, rows,
                              len(handoff.seq_lens or ()), width, handoff.num_layers, list(indices), [], planner)
-    metadata.update(source=WORKER, final_hidden_state=final is not None)
+    metadata.update(source=WORKER, final_hidden_state=final is not None, target_next_ids=TARGET_IDS in tensors)
     if req_ids is None:
         job = DumpJob(tensors, metadata)
     else:
