@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Tuple
 
 from ..dump_format import (ACCEPTED, AUX, EXTEND_MODE, FINAL, FORMAT_KEY, FORMAT_VERSION, INPUT_IDS, LAYER_PREFIX,
-                           META_KEY, POSITIONS, PREFIX_COUNTS, PREFIX_IDS, PREFIX_LENS, REQUIRED, SEQ_LENS, SUFFIX)
+                           META_KEY, POSITIONS, PREFIX_COUNTS, PREFIX_IDS, PREFIX_LENS, REQUIRED, SEQ_LENS, SUFFIX,
+                           TARGET_IDS)
 from .safetensors_io import open_safetensors, read_tensor
 
 NO_DUMPS_HINT = ("the probe writes them when EAGLE_PROBE_DUMP_DIR is set (EAGLE_PROBE_DUMP_LAYERS=all for replay "
@@ -105,9 +106,9 @@ def _requests(tensors: dict, rows: int, path: str) -> List[Tuple[int, int, int]]
 
 def _check_shapes(tensors: dict, hf_indices: Tuple[int, ...], path: str, meta: dict) -> int:
     """The hidden size, once the shapes agree."""
-    shapes = {name: list(tensors[name].shape) for name in REQUIRED + (FINAL,) if name in tensors}
-    if tensors[INPUT_IDS].dim() != 1 or tensors[POSITIONS].dim() != 1:
-        raise DumpError(f"dump {path}: {INPUT_IDS} and {POSITIONS} must be 1-D: {shapes}")
+    shapes = {name: list(tensors[name].shape) for name in REQUIRED + (FINAL, TARGET_IDS) if name in tensors}
+    if any(tensors[name].dim() != 1 for name in (INPUT_IDS, POSITIONS, TARGET_IDS) if name in tensors):
+        raise DumpError(f"dump {path}: {INPUT_IDS}, {POSITIONS} and {TARGET_IDS} must be 1-D: {shapes}")
     if tensors[AUX].dim() != 2 or (FINAL in tensors and tensors[FINAL].dim() != 2):
         raise DumpError(f"dump {path}: {AUX} and {FINAL} must be 2-D: {shapes}")
     if len({shape[0] for shape in shapes.values()}) != 1:
@@ -139,7 +140,7 @@ def read_dump(path: str, layers: bool = True) -> Dump:
         def read(name):
             return read_tensor(handle, path, name, "dump", DumpError)
 
-        optional = (FINAL, SEQ_LENS, PREFIX_LENS, ACCEPTED, PREFIX_IDS, PREFIX_COUNTS)
+        optional = (FINAL, TARGET_IDS, SEQ_LENS, PREFIX_LENS, ACCEPTED, PREFIX_IDS, PREFIX_COUNTS)
         tensors = {name: read(name) for name in REQUIRED + optional if name in names}
         hf_indices = _int_list(meta, "hf_indices", path)
         hidden = _check_shapes(tensors, hf_indices, path, meta)

@@ -184,6 +184,48 @@ def test_rows_and_requests_from_a_dump(tmp_path):
     assert rows.layers == {} and rows.layer_indices == list(range(LAYERS))
 
 
+def write_verify_dump(directory, chains=2, per=3, name="v1", ids=True):
+    """A worker verify dump of `chains` requests of `per` rows, without the final hidden state (a replayed forward)."""
+    rows = chains * per
+    g = torch.Generator().manual_seed(7)
+    tensors = {"aux_hidden_states": torch.randn(rows, 3 * H, generator=g),
+               "input_ids": torch.arange(10, 10 + rows), "positions": torch.arange(rows) + 20,
+               "committed_counts": torch.tensor([20 + i for i in range(chains)])}
+    if ids:
+        tensors["target_next_ids"] = torch.arange(100, 100 + rows)
+    meta = {"format_version": 1, "hf_indices": [2, 4, 5], "capture_indices": [2, 4, 5], "num_layers": LAYERS,
+            "hidden_size": H, "sglang_version": "0.5.23", "model_class": "DeepseekV3ForCausalLM", "step": 3,
+            "tp_rank": 0, "dp_rank": 0, "pp_rank": 0, "mode": "TARGET_VERIFY", "source": "worker",
+            "final_hidden_state": False, "req_ids": [f"r{i}" for i in range(chains)], "rows_per_request": per}
+    path = os.path.join(directory, f"eagle-probe-dump-host-tp0-1-{name}.safetensors")
+    save_file(tensors, path, metadata={"eagle_probe.format": "1", "eagle_probe.meta": json.dumps(meta)})
+    return path
+
+
+def test_verify_dumps_label_rows_where_no_prefill_dump_holds_the_final_state(tmp_path):
+    from eagle_probe.commands.dump_files import DumpError
+    from eagle_probe.commands.replay.dumps import read_dumps
+
+    d = tmp_path / "d"
+    write_dump(d, layers=False, drop=("final_hidden_state",))  # a prefill replayed from a graph: no labels
+    write_verify_dump(d)
+    rows = read_dumps(str(d), want_layers=False)
+    # per chain of 3 rows, rows 0 and 1 are evaluated: the token after them and the target's id after that
+    assert rows.segments == [(0, 2), (2, 2)] and rows.requests == 2 and rows.label_states is None
+    assert rows.next_tokens.tolist() == [11, 12, 14, 15] and rows.label_ids.tolist() == [101, 102, 104, 105]
+    assert rows.positions.tolist() == [20, 21, 23, 24] and len(rows.unlabelled) == 1
+    # a prefill dump with the final hidden state wins: the verify dump is left out
+    write_dump(d, layers=False, name="other")
+    rows = read_dumps(str(d), want_layers=False)
+    assert rows.label_ids is None and rows.rows == 7 and len(rows.unlabelled) == 2
+    # neither kind of label: the error names both and how to get them
+    bare = tmp_path / "bare"
+    write_dump(bare, layers=False, drop=("final_hidden_state",))
+    write_verify_dump(bare, ids=False)
+    with pytest.raises(DumpError, match="final_hidden_state.*target_next_ids.*--disable-cuda-graph"):
+        read_dumps(str(bare), want_layers=False)
+
+
 def test_duplicate_ranks_are_read_once(tmp_path):
     from eagle_probe.commands.replay.dumps import read_dumps
 

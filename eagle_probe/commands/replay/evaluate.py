@@ -40,7 +40,8 @@ class Evaluator:
         self.draft, self.rows, self.device = draft, rows, torch.device(device)
         started = time.perf_counter()
         with torch.no_grad():
-            self.labels = greedy_tokens(rows.label_states, target_head, self.device)
+            self.labels = rows.label_ids.to(self.device) if rows.label_ids is not None else \
+                greedy_tokens(rows.label_states, target_head, self.device)
             self.label_draft_ids = draft.draft_ids(self.labels)
             self.prepared = draft.prepare(rows.next_tokens, rows.positions, rows.segments)
         self.layers: Dict[int, torch.Tensor] = {i: t.to(self.device) for i, t in rows.layers.items()}

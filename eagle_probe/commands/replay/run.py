@@ -123,9 +123,15 @@ def replay(draft_dir: str, target_dir: str, dump: str, do_search: bool = False, 
         if absent:
             raise ReplayInputError(f"--wiring {list(wiring)}: the dumps hold no hidden_states.{absent[0]} "
                                    f"(they hold {rows.layer_indices[0]}..{rows.layer_indices[-1]})")
-    if rows.cached_prefix_requests:
+    if rows.cached_prefix_requests and rows.label_ids is None:
         notes.append(f"{rows.cached_prefix_requests} dumped request(s) started after cached tokens (chunked prefill "
                      f"or prefix cache): the draft's attention there sees the dumped tokens only")
+    if rows.label_ids is not None:
+        notes.append(f"labels from {len(rows.files)} verify dump(s)' target_next_ids: no prefill dump holds the "
+                     f"final hidden state (forwards replayed from CUDA graphs); each verify chain is replayed without "
+                     f"the committed tokens before it, so the draft's attention sees the chain only")
+    if rows.unlabelled:
+        notes.append(f"{len(rows.unlabelled)} dump(s) left out: no labels of the kind used (e.g. {rows.unlabelled[0]})")
     if rows.duplicates:
         notes.append(f"{len(rows.duplicates)} dump file(s) repeat a forward another rank wrote; read once")
 
