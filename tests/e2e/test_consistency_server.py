@@ -37,6 +37,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 CLEAN_PROMPTS = (([10, 11, 12, 13, 14, 15], 10), ([7, 3, 99, 120, 5, 6, 200, 31], 10))
 FAULT_PROMPTS = (([40, 41, 42, 43], 8), ([90, 91, 92, 93, 94], 8))
 SLOTS = 3
+# The draft's capture ids (1, 3, 4) as SGLang 0.5.23 serves them on this DeepSeek-V3 target: hidden_states[2, 4, 5]
+SERVED_HF = [2, 4, 5]
 
 
 @pytest.fixture(scope="module")
@@ -157,3 +159,68 @@ def test_clean_server_no_false_alarm_then_shifted_verify_rows_named(served):
         return finding["code"], finding["evidence"]["slot"], rows
 
     assert [named(f) for f in offline["findings"]] == [named(f) for f in found]
+
+    # parity reads the same worker dumps (no final hidden state under the emulation) against SpecForge-format samples
+    # made by transformers from the target checkpoint at the layers the draft names: every slot matches
+    data = _specforge_samples(os.path.join(root, "specforge"), target, CLEAN_PROMPTS, SERVED_HF)
+    out = subprocess.run([sys.executable, "-m", "eagle_probe.commands.cli", "parity", "--data", data,
+                          "--dump-dir", kept, "--format", "json"],
+                         capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=ROOT), timeout=600)
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    print("parity:", json.dumps({k: report[k] for k in ("positions_matched", "requests_unmatched")}),
+          [(s["served_hf_index"], s["rel_diff_max"]) for s in report["slots"]])
+    # every prompt position at least once: a prefix-cache hit re-serves a prompt's tail as a second extend
+    assert report["positions_matched"] >= sum(len(ids) for ids, _ in CLEAN_PROMPTS)
+    assert [s["served_hf_index"] for s in report["slots"]] == SERVED_HF
+    # parity's statistic is float32 arithmetic: one ulp of 1.0 (6e-8) is its floor; another layer gives 1e-2 and more
+    assert all(s["matches"] and s["rel_diff_max"] < 1e-6 for s in report["slots"])
+
+    # replay on the served wiring from the same dumps: no prefill dump holds the final hidden state here, so the
+    # verify dumps' target ids label the rows; they are what SGLang committed: the accepted drafts, then the bonus
+    # token, which the request's next step verifies as its row 0
+    verify = [read_dump(os.path.join(kept, n)) for n in sorted(os.listdir(kept)) if n.endswith(".safetensors")]
+    verify = [d for d in verify if d.meta["mode"] == "TARGET_VERIFY"]
+    assert verify and all(d.meta["target_next_ids"] for d in verify)
+    steps = {}  # (request, step) -> (row 0 token, target ids on the committed path)
+    for dump in verify:
+        per, ids, tokens = dump.meta["rows_per_request"], dump.tensors["target_next_ids"], dump.tensors["input_ids"]
+        for chain, (req, accepted) in enumerate(zip(dump.meta["req_ids"], dump.tensors["accepted_drafts"].tolist())):
+            start = chain * per
+            assert accepted >= 0  # the outcome is known at a worker dump
+            assert ids[start:start + accepted].tolist() == tokens[start + 1:start + 1 + accepted].tolist()
+            steps[req, dump.meta["step"]] = (int(tokens[start]), ids[start:start + accepted + 1].tolist())
+    bonus_checked = [(steps[req, step + 1][0], path[-1]) for (req, step), (_, path) in steps.items()
+                     if (req, step + 1) in steps]
+    assert len(bonus_checked) >= 4 and all(row0 == bonus for row0, bonus in bonus_checked), bonus_checked
+    out = subprocess.run([sys.executable, "-m", "eagle_probe.commands.cli", "replay", "--draft",
+                          os.path.join(os.path.dirname(target), "draft"), "--target", target, "--dump-dir", kept,
+                          "--format", "json"], capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=ROOT),
+                         timeout=600)
+    assert out.returncode == 0, out.stderr
+    replayed = json.loads(out.stdout)
+    print("replay:", json.dumps(replayed["dumps"]), replayed["notes"])
+    assert replayed["dumps"]["positions"] == sum(len(d.meta["req_ids"]) * (d.meta["rows_per_request"] - 1)
+                                                 for d in verify)
+    assert any("target_next_ids" in note for note in replayed["notes"])
+
+
+def _specforge_samples(root, target, prompts, hf_indices):
+    """SpecForge's layout (rows_0-2000/data_I.ckpt): per prompt its ids, loss mask, final hidden state and the aux
+    states at `hf_indices`, from transformers' forward of the target checkpoint (float32)."""
+    import torch
+    import transformers
+
+    major = int(transformers.__version__.split(".")[0])
+    dtype_arg = {"dtype": torch.float32} if major >= 5 else {"torch_dtype": torch.float32}
+    model = transformers.AutoModelForCausalLM.from_pretrained(target, local_files_only=True, **dtype_arg).eval()
+    rows = os.path.join(root, "rows_0-2000")
+    os.makedirs(rows)
+    for i, (ids, _) in enumerate(prompts):
+        with torch.no_grad():
+            states = model(torch.tensor([ids]), output_hidden_states=True).hidden_states
+        sample = {"input_ids": torch.tensor(ids), "loss_mask": torch.ones(len(ids), dtype=torch.long),
+                  "hidden_state": states[-1].clone(),
+                  "aux_hidden_state": torch.cat([states[j] for j in hf_indices], -1).clone()}
+        torch.save(sample, os.path.join(rows, f"data_{i}.ckpt"))
+    return root

@@ -5,7 +5,8 @@ row differs), with the probe taking values at both sources (SGLANG_CPU_PROBE_BOT
 model forward's wrapper and the wrapper of the EAGLE worker's hand-off to the draft. Every forward is sampled and
 dumped in both modes. Each worker fingerprint must equal an inner forward's fingerprint of the same mode and tokens
 exactly, and each worker dump's aux states, tokens, positions and final hidden state must equal the inner forward's
-dump of the same forward, tensor for tensor.
+dump of the same forward, tensor for tensor; a worker verify dump's target ids are the target's lm_head argmax over
+that final state.
 """
 
 import json
@@ -17,7 +18,7 @@ import torch
 from safetensors import safe_open
 
 from eagle_probe.commands.dump_files import read_dump, wait_until_written
-from eagle_probe.dump_format import AUX, FINAL, INPUT_IDS, META_KEY, POSITIONS
+from eagle_probe.dump_format import AUX, FINAL, INPUT_IDS, META_KEY, POSITIONS, TARGET_IDS
 from sglang_cpu.draft_models import build_case
 
 from .conftest import internal_errors, metric_samples, probe_events, start_spec_server
@@ -45,7 +46,7 @@ def both(tmp_path_factory):
     finally:
         server.stop()
     return dict(root=root, dumps=dumps, outs=outs, metrics=metrics, log_dir=os.path.join(root, "probe-both"),
-                alone=alone["meta_info"], after=after)
+                alone=alone["meta_info"], after=after, target=case["target"])
 
 
 def _prints(log_dir, source):
@@ -98,6 +99,8 @@ def _key(dump):
 def test_worker_dumps_equal_the_inner_forwards_tensor_for_tensor(both):
     files = _by_source(both["dumps"])
     assert files["worker"] and len(files["worker"]) == len(files["forward"])
+    with safe_open(os.path.join(both["target"], "model.safetensors"), "pt") as handle:
+        head = handle.get_tensor("lm_head.weight").float()
     forward = {_key(d): d for d in files["forward"]}
     modes = set()
     for dump in files["worker"]:
@@ -107,6 +110,11 @@ def test_worker_dumps_equal_the_inner_forwards_tensor_for_tensor(both):
         assert dump.meta["final_hidden_state"] is True
         assert dump.hf_indices == twin.hf_indices and dump.hidden_size == twin.hidden_size
         assert dump.meta.get("req_ids") == twin.meta.get("req_ids")
+        if dump.meta["mode"] == "TARGET_VERIFY":
+            # the target's greedy ids the worker took from the verify logits: its lm_head over the final states
+            assert torch.equal(dump.tensors[TARGET_IDS], (twin.tensors[FINAL].float() @ head.T).argmax(-1))
+        else:
+            assert TARGET_IDS not in dump.tensors
         modes.add(dump.meta["mode"])
     assert modes == {"EXTEND", "TARGET_VERIFY"}
     print(f"{len(files['worker'])} worker dumps equal to the inner forward's, tensor for tensor")
