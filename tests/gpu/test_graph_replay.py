@@ -95,15 +95,22 @@ def test_worker_boundary_reductions_on_a_replayed_output_never_sync():
                                logits)
     torch.cuda.set_sync_debug_mode("error")
     try:
-        boundary.sample(sampler, None, handoff, step=1)
+        # the draft takes the same tensor: its view (3 aux slots, embedding width H) shares the target's reduction;
+        # one that skips fc (the embedding width is the packed width) is reduced apart, as one slot
+        boundary.sample(sampler, None, handoff, step=1, draft_view=(SLOTS, H))
+        time.sleep(0.002)  # the next 1 ms sampling interval
+        boundary.sample(sampler, None, handoff, step=2, draft_view=(SLOTS, SLOTS * H))
         # what a worker verify dump holds: the aux states, the tokens and the target's greedy ids (argmax on device)
         job = DumpJob({"aux_hidden_states": aux, "input_ids": handoff.input_ids,
                        "target_next_ids": torch.argmax(handoff.logits, -1)}, {"mode": "TARGET_VERIFY"})
     finally:
         torch.cuda.set_sync_debug_mode("default")
-    _wait(lambda: sampler.pending and sampler.pending[0][0].ready())
-    [(context, values)] = sampler.take_ready()
+    _wait(lambda: len(sampler.pending) == 3 and all(p.ready() for p, _ in sampler.pending))
+    [(context, values), (draft, draft_values), (skipped, one_slot), (target_2, _)] = sampler.take_ready()
     assert context.source == "worker" and context.capture_indices == (1, 2, 3) and context.tokens == TOKENS
+    assert (draft.role, draft.step, draft.capture_indices, draft_values) == ("draft", 1, (None,) * SLOTS, values)
+    assert (skipped.role, skipped.step, skipped.widths, len(one_slot)) == ("draft", 2, (SLOTS * H,), 1)
+    assert (target_2.role, target_2.step) == ("target", 2)
     _wait(job.ready)
     assert torch.equal(job.tensors["aux_hidden_states"], aux.cpu())
     assert torch.equal(job.tensors["target_next_ids"], logits.cpu().argmax(-1))

@@ -184,6 +184,10 @@ def _worker_boundary_claims() -> List[Claim]:
                    reads_attribute("batch_result.logits_output.hidden_states")),
         body_check(worker, versions.WORKER_PREFILL_HOOK, "feeds the draft target_hidden_states (hidden_states=)",
                    passes_keyword("hidden_states", "target_hidden_states")),
+        # the draft's view of what it is handed (role draft): worker.draft_runner.model.model's slot count and width
+        sets_attributes(worker, "EagleDraftWorker", ["draft_runner"]),
+        sets_attributes("sglang.srt.models.llama_eagle3", "LlamaForCausalLMEagle3", ["model"]),
+        sets_attributes("sglang.srt.models.llama_eagle3", "LlamaModel", ["num_aux_hidden_states", "embed_tokens"]),
         # a worker verify dump's target_next_ids: the argmax of these per-row logits
         dataclass_field("sglang.srt.layers.logits_processor", "LogitsProcessorOutput", "next_token_logits"),
     ]

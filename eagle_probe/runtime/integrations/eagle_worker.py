@@ -16,6 +16,7 @@ from ..patcher import Integration, PatchTarget
 from ..state import STATE
 from ..values import boundary
 from ..values.boundary import Handoff
+from .draft_load import width
 
 WORKER_MODULE = versions.WORKER_MODULE
 PREFILL_HOOK, DECODE_HOOK = versions.WORKER_PREFILL_HOOK, versions.WORKER_DECODE_HOOK
@@ -38,9 +39,10 @@ def leading_params(function, names):
 
 
 class _WorkerStatic:
-    """Per worker: the target's inner model facts read once, and the count of target forwards handed over."""
+    """Per worker: the target's and the draft's inner model facts read once, and the count of target forwards handed
+    over."""
 
-    __slots__ = ("inner", "model_class", "num_layers", "forwards")
+    __slots__ = ("inner", "model_class", "num_layers", "draft_view", "forwards")
 
     def __init__(self, worker):
         self.inner = _target_inner(worker)
@@ -48,6 +50,7 @@ class _WorkerStatic:
         config = getattr(self.inner, "config", None)
         n = getattr(config, "num_hidden_layers", None)
         self.num_layers = int(n) if n is not None else None
+        self.draft_view = _draft_view(worker)
         self.forwards = 0
 
     def __deepcopy__(self, memo):
@@ -66,6 +69,14 @@ def _target_inner(worker):
         if isinstance(getattr(module, "layers_to_capture", None), (list, tuple)):
             return module
     return None
+
+
+def _draft_view(worker):
+    """(num_aux, embed width) of the draft's inner model (what splits its input for fc), or None."""
+    draft = getattr(getattr(getattr(worker, "draft_runner", None), "model", None), "model", None)
+    if draft is None:
+        return None
+    return width(draft, "num_aux_hidden_states"), width(getattr(draft, "embed_tokens", None), "embedding_dim")
 
 
 def _static(worker):
@@ -154,7 +165,7 @@ def _observe(static, handoff):
     sampler = recorder.fingerprints
     if sampler is not None:
         try:
-            boundary.sample(sampler, recorder, handoff, static.forwards)
+            boundary.sample(sampler, recorder, handoff, static.forwards, static.draft_view)
         except Exception as exc:
             STATE.report_error("worker.fingerprint", exc)
     planner = recorder.dumps.worker_planner if recorder.dumps is not None else None

@@ -13,7 +13,8 @@ from ..state import STATE
 from ..patcher import Integration, PatchTarget
 from ..parts.draft import SELF_FED_DRAFT_MODES
 from ..parts.forwards import draft_count_key
-from ..values.sampler import SampleContext, deliver_ready, real_tokens, sampled_mode
+from ..values.boundary import inner_values_on
+from ..values.sampler import SampleContext, deliver_ready, draft_input_slots, real_tokens, sampled_mode
 from ..context.graph_capture import is_capturing
 from .draft_load import load_weights_wrapper_for, width as _width
 
@@ -85,7 +86,10 @@ def _observe_draft_forward(instance, args, kwargs, error):
 
 
 def _sample_draft_input(sampler, instance, args, kwargs):
-    """On target-fed draft forwards, fingerprint the hidden states as the draft receives them (before its fc)."""
+    """On target-fed draft forwards, fingerprint the hidden states as the draft receives them (before its fc), unless
+    the EAGLE worker boundary does (values/boundary.py: the same tensor, on every path)."""
+    if not inner_values_on():
+        return
     recorder = STATE.recorder
     if sampler.inline and sampler.pending:
         deliver_ready(sampler, recorder)
@@ -101,11 +105,7 @@ def _sample_draft_input(sampler, instance, args, kwargs):
     wall = sampler.due("draft")
     if wall is None:
         return
-    width_in = hidden.shape[-1]
-    slots = static.num_aux if static.num_aux and width_in % static.num_aux == 0 else 1
-    if width_in == static.embed_width:
-        slots = 1  # fc is skipped: the draft takes this state as it is
-    width = width_in // slots
+    slots, width = draft_input_slots(hidden.shape[-1], static.num_aux, static.embed_width)
     tokens = real_tokens(forward_batch, hidden.shape[0])
     context = SampleContext(role="draft", mode=mode.name, step=static.forwards, tokens=tokens,
                             capture_indices=(None,) * slots, widths=(width,) * slots, num_layers=None, wall=wall)

@@ -20,7 +20,7 @@ from ... import __version__
 from ...analysis.layers import capture_label
 from ...dump_format import AUX, FINAL, INPUT_IDS, POSITIONS, PREFIX_LENS, SEQ_LENS, TARGET_IDS, VERIFY_MODE
 from .dumps import DumpJob
-from .sampler import SampleContext, deliver_ready
+from .sampler import SampleContext, deliver_ready, draft_input_slots
 from .verify_dumps import VerifyDumpJob, unmatched_verify
 
 WORKER, FORWARD = "worker", "forward"  # the `source` of a fingerprint or a dump
@@ -70,8 +70,10 @@ def slot_layout(aux, layers):
     return slots, aux.shape[-1] // slots, tuple(sorted(set(layers)))
 
 
-def sample(sampler, recorder, handoff: Handoff, step: int) -> None:
-    """Queue the fingerprints of this hand-off on the first forward of a sampling interval (role target)."""
+def sample(sampler, recorder, handoff: Handoff, step: int, draft_view=None) -> None:
+    """Queue the fingerprints of this hand-off on the first forward of a sampling interval: role target, and role
+    draft for the same tensor as the draft takes it (draft_view: its (num_aux, embed width), None without a draft
+    model read). Where the two views split the states alike, one reduction serves both."""
     if sampler.inline and sampler.pending:
         deliver_ready(sampler, recorder)
     layout = slot_layout(handoff.aux, handoff.layers)
@@ -84,7 +86,18 @@ def sample(sampler, recorder, handoff: Handoff, step: int) -> None:
     context = SampleContext(role="target", mode=handoff.mode, step=step, tokens=handoff.rows,
                             capture_indices=indices, widths=(width,) * slots, num_layers=handoff.num_layers,
                             wall=wall, source=WORKER)
-    if sampler.queue(handoff.aux[:handoff.rows], slots, width, context) and sampler.inline:
+    states = handoff.aux[:handoff.rows]
+    also, queued = (), False
+    if draft_view is not None:
+        draft_slots, draft_width = draft_input_slots(states.shape[-1], *draft_view)
+        draft = context._replace(role="draft", capture_indices=(None,) * draft_slots,
+                                 widths=(draft_width,) * draft_slots, num_layers=None)
+        if (draft_slots, draft_width) == (slots, width):
+            also = (draft,)
+        else:  # the draft splits them otherwise (fc skipped, another slot count): its own reduction
+            queued = sampler.queue(states, draft_slots, draft_width, draft)
+    queued = sampler.queue(states, slots, width, context, *also) or queued
+    if queued and sampler.inline:
         deliver_ready(sampler, recorder)
 
 

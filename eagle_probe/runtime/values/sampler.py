@@ -40,7 +40,7 @@ class FingerprintSampler:
         self._clock = clock
         self.next_due = {}  # role -> [wall time when its next bucket begins] (wrappers keep the cell, compare it first)
         self._fingerprinters = {}  # (slots, width, device) -> Fingerprinter
-        self.pending = []  # [(PendingRead, SampleContext)], oldest first
+        self.pending = []  # [(PendingRead, (SampleContext, ...))], oldest first
         self.inline = True  # read on the forward's thread (until a flush thread runs: Values.flush_thread_started)
         self._reading = threading.Lock()  # the flush thread and the final flush may read at once
 
@@ -60,12 +60,14 @@ class FingerprintSampler:
             cell = self.next_due[role] = [0.0]
         return cell
 
-    def queue(self, states, slots: int, width: int, context: SampleContext) -> bool:
+    def queue(self, states, slots: int, width: int, context: SampleContext, *also: SampleContext) -> bool:
         """Queue the reductions of states [T, slots * width] (real tokens only) on their device, over its first
-        MAX_ROWS rows."""
+        MAX_ROWS rows. `also`: further contexts of the same states and layout (another role handed the same tensor),
+        delivered with the same figures: one reduction, not two."""
+        contexts = (context,) + also
         if states.shape[0] > MAX_ROWS:
             states = states[:MAX_ROWS]
-            context = context._replace(tokens=MAX_ROWS)
+            contexts = tuple(c._replace(tokens=MAX_ROWS) for c in contexts)
         key = (slots, width, states.device)
         fingerprinter = self._fingerprinters.get(key)
         if fingerprinter is None:
@@ -73,7 +75,7 @@ class FingerprintSampler:
         pending = fingerprinter.queue(states)
         if pending is None:
             return False
-        self.pending.append((pending, context))
+        self.pending.append((pending, contexts))
         return True
 
     def take_ready(self):
@@ -81,8 +83,9 @@ class FingerprintSampler:
         done = []
         with self._reading:
             while self.pending and self.pending[0][0].ready():
-                pending, context = self.pending.pop(0)
-                done.append((context, pending.read()))
+                pending, contexts = self.pending.pop(0)
+                values = pending.read()
+                done.extend((context, values) for context in contexts)
         return done
 
 
@@ -121,6 +124,15 @@ def real_tokens(forward_batch, rows: int) -> int:
 def deliver_ready(sampler: FingerprintSampler, recorder) -> None:
     for context, values in sampler.take_ready():
         recorder.aux_sampled(context, values)
+
+
+def draft_input_slots(width_in: int, num_aux, embed_width):
+    """(slots, width) of the states a draft receives, as its fc takes them: num_aux slots where they split evenly,
+    one slot when the width equals the embedding width (SGLang then skips fc and takes the state as it is)."""
+    slots = num_aux if num_aux and width_in % num_aux == 0 else 1
+    if width_in == embed_width:
+        slots = 1
+    return slots, width_in // slots
 
 
 def packed_aux(aux):
