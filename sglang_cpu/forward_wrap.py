@@ -11,7 +11,7 @@ import wrapt
 
 DEEPSEEK_MODULE = "sglang.srt.models.deepseek_v2"
 
-_registered = set()  # markers whose hook is registered in this process
+_registered = {}  # marker -> wrapper, in the order registered in this process (the first is innermost)
 
 
 def _patch(module, marker: str, wrapper) -> None:
@@ -26,5 +26,11 @@ def wrap_deepseek_forward(marker: str, wrapper) -> None:
     if it already is). Idempotent per ``marker``: a second call with the same marker does nothing."""
     if marker in _registered:
         return
-    _registered.add(marker)
+    _registered[marker] = wrapper
     wrapt.register_post_import_hook(lambda module: _patch(module, marker, wrapper), DEEPSEEK_MODULE)
+
+
+def served_faults():
+    """The fault wrappers registered in this process, innermost first: the replay emulation peels every class wrapper
+    off and puts these back, since they stand for what the served model computes."""
+    return list(_registered.values())

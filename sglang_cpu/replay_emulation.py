@@ -7,17 +7,20 @@ sitecustomize.py``) gives every model runner's inner model (``runner.model.model
 ``forward`` after load: the class's own function with every class-level wrapper peeled off (the probe's and any other).
 What the model computes is unchanged; only the Python around it is gone, as under replay.
 
-A served-model fault of ``sglang_cpu.verify_faults`` is a class-level wrapper too, so it would be peeled off with the
-rest: with ``SGLANG_CPU_SHIFT_VERIFY_AUX`` set, the instance forward applies that fault itself (the fault is then
-part of what the "graph" computes).
+The served-model faults (``sglang_cpu.verify_faults``' shifted verify rows, ``sglang_cpu.tp_shims``' scaled aux slot
+on one rank) are class-level wrappers too, so they would be peeled off with the rest: the target's instance forward
+applies the ones registered in the process itself (a fault is then part of what the "graph" computes).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import types
 
 import wrapt
+
+from sglang_cpu.forward_wrap import served_faults
 
 ENV = "SGLANG_CPU_REPLAY_EMULATION"
 MODEL_RUNNER = "sglang.srt.model_executor.model_runner"
@@ -38,17 +41,19 @@ def unwrapped_forward(cls):
 
 def _replay_forward(module):
     function = unwrapped_forward(type(module))
-    flag = os.environ.get("SGLANG_CPU_SHIFT_VERIFY_AUX", "")
-    if not flag:
-        return types.MethodType(function, module)
-    from sglang_cpu.verify_faults import _wrapper
-
-    fault = _wrapper(flag)
+    faults = served_faults() if type(module).__name__ == "DeepseekV2Model" else []
 
     def forward(self, *args, **kwargs):
-        return fault(lambda *a, **k: function(self, *a, **k), self, args, kwargs)
+        call = functools.partial(function, self)
+        for fault in faults:  # innermost first, as the class wrappers were stacked
+            call = functools.partial(_through, fault, call, self)
+        return call(*args, **kwargs)
 
     return types.MethodType(forward, module)
+
+
+def _through(fault, inner, instance, *args, **kwargs):
+    return fault(inner, instance, args, kwargs)
 
 
 def emulate(runner) -> None:

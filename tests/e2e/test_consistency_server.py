@@ -95,7 +95,10 @@ def test_clean_server_no_false_alarm_then_shifted_verify_rows_named(served):
     log_dir = os.path.join(root, "probe-consistency")
     assert not probe_events(log_dir, "eagle_probe.target.forward")
     prints = probe_events(log_dir, "eagle_probe.aux.fingerprint")
-    assert {(e["source"], e["role"]) for e in prints} == {("worker", "target")}
+    # the draft's input is the tensor the target handed over: role draft at the same steps with the same figures
+    assert {(e["source"], e["role"]) for e in prints} == {("worker", "target"), ("worker", "draft")}
+    target_figures = {(e["step"], e["slot"]): e["rms"] for e in prints if e["role"] == "target"}
+    assert all(target_figures[e["step"], e["slot"]] == e["rms"] for e in prints if e["role"] == "draft")
     assert {e["mode"] for e in prints} == {"EXTEND", "TARGET_VERIFY"}
     metas_of_files = [read_dump(os.path.join(dumps, n)).meta for n in os.listdir(dumps) if n.endswith(".safetensors")]
     assert metas_of_files and all(m["source"] == "worker" and not m["final_hidden_state"] for m in metas_of_files)

@@ -7,6 +7,8 @@ probe injected into both), the one pair that serves every multi-node check:
   nodes and must stay closed), and the served totals equal the probe's own logs;
 - a fault of our own on node 1 only (sglang_cpu.tp_shims: aux slot 1 scaled on tp rank 1 while a flag file exists) is
   named by `summarize DIR0 DIR1` with node and rank; the control phase before it, summarised the same way, is silent;
+  both nodes run under the replay emulation (sglang_cpu/replay_emulation.py), so this is TP-rank divergence seen from
+  the EAGLE worker boundary alone, as on GPUs with CUDA graphs, and each node's start-up statement says so;
 - a real Prometheus scraping both nodes holds each probe series once, with the drafts per node the logs count;
 - the stop of the pair is measured (SIGTERM to both nodes at once).
 """
@@ -39,7 +41,10 @@ def pair(tmp_path_factory):
     case = build_case(root, "map", num_steps=2)
     flag = os.path.join(root, "perturb-node1")
     exporter = allocate_block()  # the probe's exporter port, which must stay closed on both nodes
-    common = {"EAGLE_PROBE_METRICS_PORT": str(exporter.extra(0)), "EAGLE_PROBE_FINGERPRINT_INTERVAL_S": "0.2"}
+    # both nodes under the replay emulation (as served on GPUs: the inner models' class wrappers never run), so the
+    # ranks' values, and the divergence the fault makes, come from the EAGLE worker boundary alone
+    common = {"EAGLE_PROBE_METRICS_PORT": str(exporter.extra(0)), "EAGLE_PROBE_FINGERPRINT_INTERVAL_S": "0.2",
+              "SGLANG_CPU_REPLAY_EMULATION": "1"}
     servers, log_dirs = start_two_node_pair(root, "pair", case, env=(
         common, dict(common, SGLANG_CPU_PERTURB_AUX=FAULT, SGLANG_CPU_PERTURB_AUX_FLAG=flag)))
     node0, node1 = servers
@@ -225,6 +230,15 @@ def test_summarize_names_the_fault_on_node_1_with_its_rank(pair, capsys):
     for line in lines:
         assert "aux slot 1" in line and f"tp_rank 1 on node_rank 1 (host {host})" in line, line
         assert f"tp_rank 0 on node_rank 0 (host {host})" in line
+
+
+def test_each_node_states_that_inner_forwards_are_not_seen(pair):
+    for node, events in enumerate(pair["events"]):
+        [statement] = [e for e in events if e["event"] == "eagle_probe.observability"]  # the node's one TP rank
+        assert (statement["node_rank"], statement["tp_rank"]) == (node, node)
+        assert statement["settings"]["inner_forward_replaced"] is True
+        live = {o["what"].split(":")[0].split(",")[0]: o["live"] for o in statement["observations"]}
+        assert live["values"] and not live["all-layer dumps"], live
 
 
 def test_pair_stops_on_sigterm(pair):
