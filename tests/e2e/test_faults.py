@@ -46,8 +46,9 @@ FAULTS_A = {
     "integrations.targets._observe_capture_config": {"target.set_eagle3_layers_to_capture": None},
     "integrations.llama_eagle3._observe_draft_forward": {"llama_eagle3.forward": None},
     "integrations.draft_load._observe_loaded": {"llama_eagle3.load_weights": 1},
-    # a speculative server takes the target's values at the EAGLE worker boundary (values/boundary.py)
-    "values.fingerprint.Fingerprinter.queue": {"worker.fingerprint": None, "llama_eagle3.fingerprint": None},
+    # a speculative server takes the target's values and the draft's input at the EAGLE worker boundary
+    # (values/boundary.py); the draft's inner forward samples nothing there
+    "values.fingerprint.Fingerprinter.queue": {"worker.fingerprint": None},
     "integrations.eagle_worker._prefill_handoff:2": {"worker.prefill": 2},
     "integrations.eagle_worker._decode_handoff:2": {"worker.decode": 2},
     "integrations.runner_paths._count:2": {"model_runner.forward": 2},
