@@ -218,4 +218,8 @@ def cause(dimension: str) -> str:
     if is_label_dimension(dimension):
         return (f"acceptance low for one value of the custom label {dimension[len(LABEL_PREFIX):]!r} points at that "
                 f"class of traffic (an application, a language, a domain) being unlike the draft's training data")
-    return _CAUSES[dimension]
+    known = _CAUSES.get(dimension)
+    if known is None:  # a log from another release of the probe, or edited: reported, not a crash
+        return (f"the dimension {dimension!r} is not one this eagle-probe knows (a log written by another release?); "
+                f"compare that slice's traffic with the draft's training data")
+    return known

@@ -246,3 +246,17 @@ def test_summarize_names_a_low_slice_the_probe_did_not_log():
 def test_summarize_skips_a_malformed_slices_event():
     bad = {"event": names.ACCEPTANCE_SLICES, "positions": 3, "slices": {"batch": {"1": {"request_steps": "x"}}}}
     assert "slices" in field_problem(bad)
+
+
+def test_a_slice_dimension_this_release_does_not_know_is_reported_not_a_crash():
+    """A log written by another release (or edited) names a dimension without a cause here: the low slice is still
+    named, with a message that says the dimension is unknown (found by the generated-input test: dimension '')."""
+    low = {"request_steps": 200, "accepted": [0, 0]}  # request-steps that accepted each draft position: none
+    rest = {"request_steps": 200, "accepted": [200, 200]}  # every one
+    for dimension in ("", "region"):
+        event = {"event": names.ACCEPTANCE_SLICES, "tp_rank": 0, "pid": 1, "positions": 2,
+                 "slices": {dimension: {"a": low, "b": rest}}}
+        report = build_report([event], {})
+        [finding] = [f for f in report["findings"] if f["code"] == "acceptance_slice_low"]
+        assert f"the dimension {dimension!r} is not one this eagle-probe knows" in finding["first_message"]
+        assert f"with {dimension} = a," in finding["first_message"] and finding["ranks"] == [0]
