@@ -1,9 +1,17 @@
 """Shared fixtures of the unit tests."""
 
+import os
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from hypothesis import settings
+
+# The generated-input tests run the same examples on every run (the test command must pass every time on a fresh
+# clone); HYPOTHESIS_PROFILE=explore searches afresh each run (docs/architecture.md#tests).
+settings.register_profile("repeatable", derandomize=True)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
 
 
 class _Answers(BaseHTTPRequestHandler):
