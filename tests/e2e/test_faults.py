@@ -49,7 +49,9 @@ FAULTS_A = {
     # a speculative server takes the target's values and the draft's input at the EAGLE worker boundary
     # (values/boundary.py); the draft's inner forward samples nothing there
     "values.fingerprint.Fingerprinter.queue": {"worker.fingerprint": None},
-    "integrations.eagle_worker._prefill_handoff:2": {"worker.prefill": 2},
+    # its first call only: SGLang's warm-up; the test's two requests are often prefilled as one batch, the next call,
+    # which must reach the fingerprint and the dump writer (their faults are counted from that first send)
+    "integrations.eagle_worker._prefill_handoff:1": {"worker.prefill": 1},
     "integrations.eagle_worker._decode_handoff:2": {"worker.decode": 2},
     "integrations.runner_paths._count:2": {"model_runner.forward": 2},
     "values.dumps.DumpWriter._write": {"dumps.write": 1},
