@@ -16,7 +16,7 @@ from ..patcher import Integration, PatchTarget
 from ..state import STATE
 from ..values import boundary
 from ..values.boundary import Handoff
-from .draft_load import width
+from .llama_eagle3 import draft_static
 
 WORKER_MODULE = versions.WORKER_MODULE
 PREFILL_HOOK, DECODE_HOOK = versions.WORKER_PREFILL_HOOK, versions.WORKER_DECODE_HOOK
@@ -72,11 +72,13 @@ def _target_inner(worker):
 
 
 def _draft_view(worker):
-    """(num_aux, embed width) of the draft's inner model (what splits its input for fc), or None."""
+    """(num_aux, embed width) of the draft's inner model (what splits its input for fc), or None: the facts the
+    draft's own wrapper reads (llama_eagle3._DraftStatic)."""
     draft = getattr(getattr(getattr(worker, "draft_runner", None), "model", None), "model", None)
     if draft is None:
         return None
-    return width(draft, "num_aux_hidden_states"), width(getattr(draft, "embed_tokens", None), "embedding_dim")
+    static = draft_static(draft)
+    return static.num_aux, static.embed_width
 
 
 def _static(worker):

@@ -51,7 +51,7 @@ def reset():
     _statics.clear()
 
 
-def _static_for(instance) -> _DraftStatic:
+def draft_static(instance) -> _DraftStatic:
     static = _statics.get(id(instance))
     if static is None or static.ref() is not instance:
         static = _statics[id(instance)] = _DraftStatic(instance)
@@ -59,7 +59,7 @@ def _static_for(instance) -> _DraftStatic:
 
 
 def _observe_draft_forward(instance, args, kwargs, error):
-    static = _static_for(instance)
+    static = draft_static(instance)
     forward_batch = args[2] if len(args) > 2 else kwargs["forward_batch"]
     input_embeds = args[3] if len(args) > 3 else kwargs.get("input_embeds")
     hidden = getattr(forward_batch.spec_info, "hidden_states", None)
@@ -100,7 +100,7 @@ def _sample_draft_input(sampler, instance, args, kwargs):
     hidden = getattr(forward_batch.spec_info, "hidden_states", None)
     if hidden is None or hidden.dim() != 2:
         return
-    static = _static_for(instance)
+    static = draft_static(instance)
     static.forwards += 1
     wall = sampler.due("draft")
     if wall is None:
