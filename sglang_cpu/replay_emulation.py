@@ -40,16 +40,13 @@ def unwrapped_forward(cls):
 
 
 def _replay_forward(module):
-    function = unwrapped_forward(type(module))
-    faults = served_faults() if type(module).__name__ == "DeepseekV2Model" else []
-
-    def forward(self, *args, **kwargs):
-        call = functools.partial(function, self)
-        for fault in faults:  # innermost first, as the class wrappers were stacked
-            call = functools.partial(_through, fault, call, self)
-        return call(*args, **kwargs)
-
-    return types.MethodType(forward, module)
+    """The instance forward: the class's own function, inside the served-model faults (innermost first, as their
+    class wrappers were stacked). An instance attribute is not bound: each layer takes the module itself."""
+    call = types.MethodType(unwrapped_forward(type(module)), module)
+    if type(module).__name__ == "DeepseekV2Model":
+        for fault in served_faults():
+            call = functools.partial(_through, fault, call, module)
+    return call
 
 
 def _through(fault, inner, instance, *args, **kwargs):
