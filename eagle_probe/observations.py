@@ -173,12 +173,13 @@ class VerifyStep(NamedTuple):
     """Accepted draft tokens (bonus excluded) per live request of one verify step, read on the CPU."""
 
     accepted: Tuple[int, ...]
-    positions: int  # draft positions along the chain (speculative steps)
+    positions: int  # the step's own draft depth: its speculative steps (adaptive: the steps it ran), a tree's depth
     source: str = ""  # the SGLang function whose result was read (the release's acceptance hook)
     # For acceptance by slice (runtime/slice_counter.py), read per request off the hot path:
     reqs: Sequence = ()  # the requests of `accepted`, in order (a list of the step's own: SGLang's Req objects)
     batch_size: int = 0  # requests in the verify step before finished ones were left out
     graph: Optional[bool] = None  # the verify forward ran as a CUDA graph (None: not known)
+    proposed: int = 0  # drafts proposed per request: a tree's nodes after its root (0: a chain, `positions`)
 
 
 class RequestFinished(NamedTuple):

@@ -1,8 +1,12 @@
 """Speculative acceptance statistics, with vLLM's definitions so figures compare across engines.
 
-Per verify step and request: `positions` draft tokens proposed along the chain (the number of speculative
-steps), `accepted` of them accepted (bonus token excluded). Draft position k (0-based) counts as accepted
-iff accepted > k. Mean acceptance length includes the bonus token: 1 + accepted / drafts.
+Per verify step and request: the step's draft depth `positions` (its speculative steps: fixed, or the adaptive
+worker's current steps; a tree's depth along any path), `accepted` drafts along the accepted path (bonus token
+excluded). Draft position k (0-based) is the depth k+1 along the accepted path: drafted iff depth > k, accepted
+iff accepted > k; its rate is taken over the request-steps that drafted it. Mean acceptance length includes the
+bonus token: 1 + accepted / request-steps (every verify step, depth 0 included, as SGLang's histograms count them).
+The accept rate is SGLang's since #23530: accepted drafts over proposed drafts (a tree proposes every node after
+its root, speculative_num_draft_tokens - 1, so a tree's rate is lower than its per-position rates).
 
 Training accuracies (EAGLE_PROBE_DRAFT_ACCURACY, `--draft-accuracy`) are held in one form, a tuple of
 per-position numbers a_1, ..., a_m (one per-token accuracy a is the tuple (a,)):
@@ -16,7 +20,7 @@ which for one number is 1 + a + a^2 + ... + a^n, as before.
 """
 
 from collections import Counter
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 Accuracy = Sequence[float]  # per-position conditional accuracies; the last repeats past its end
 
@@ -65,6 +69,16 @@ def expected_mean_length(draft_accuracy: Accuracy, positions: int) -> float:
     return 1.0 + sum(expected_per_position_rate(draft_accuracy, positions))
 
 
+def expected_mean_length_mixed(draft_accuracy: Accuracy, depth_mix: Dict[int, int]) -> Optional[float]:
+    """Expected tokens per request-step when request-steps ran at several depths ({depth: request-steps}): each at
+    its own depth, weighted by its share. For a tree (topk > 1) it is a lower bound: a chain accuracy says how often
+    the top proposal is right, and a tree also accepts a lower-ranked one."""
+    total = sum(depth_mix.values())
+    if not total:
+        return None
+    return sum(expected_mean_length(draft_accuracy, depth) * n for depth, n in depth_mix.items()) / total
+
+
 def describe_accuracy(draft_accuracy: Accuracy) -> str:
     """'a per-token draft accuracy of 0.75' or 'per-position training accuracies 0.75, 0.62, 0.55'."""
     if len(draft_accuracy) == 1:
@@ -87,41 +101,98 @@ def accuracy_for_mean_length(expected: float, positions: int) -> Optional[float]
     return round(high, 6)
 
 
+class Tally(NamedTuple):
+    """Cumulative verify-step counts as the running probe keeps them, keyed by each step's own draft depth:
+    steps: verify steps (batches); counts: {(depth, accepted drafts clamped to [0, depth]): request-steps};
+    depth_steps: {depth: verify steps}; proposed: draft tokens proposed (a tree's nodes after the root, per request-
+    step)."""
+
+    steps: int = 0
+    counts: Dict[Tuple[int, int], int] = {}
+    depth_steps: Dict[int, int] = {}
+    proposed: int = 0
+
+    def minus(self, before: "Tally") -> "Tally":
+        return Tally(self.steps - before.steps, subtract_counts(self.counts, before.counts),
+                     subtract_counts(self.depth_steps, before.depth_steps), self.proposed - before.proposed)
+
+
+def depth_counts(raw_lengths: Dict[int, int], positions: int) -> Dict[Tuple[int, int], int]:
+    """Requests per accepted length of steps that all drafted `positions` deep, keyed as Tally.counts."""
+    out: Dict[Tuple[int, int], int] = {}
+    for length, count in raw_lengths.items():
+        key = (positions, min(max(int(length), 0), positions))
+        out[key] = out.get(key, 0) + count
+    return out
+
+
 class AcceptanceWindow:
-    """Counts over a window of verify steps; cheap to update on every step."""
+    """Counts over a window of verify steps, each at its own draft depth (adaptive depth changes it from step to
+    step; a tree's depth is its number of draft steps). Position k (0-based) is drafted by the request-steps whose
+    depth exceeds k and accepted by those that accepted more than k drafts: its rate is taken over the steps that
+    drafted it. The accept rate is SGLang's (since #23530): accepted drafts over proposed drafts, where a tree
+    proposes all its nodes after the root."""
 
     def __init__(self):
         self.steps = 0  # verify calls
-        self.drafts = 0  # request-steps that proposed drafts
-        self.draft_tokens = 0
-        self.accepted_tokens = 0
-        self.per_position = Counter()
-        self.length_histogram = Counter()  # accepted drafts per request-step -> count
-        self.positions = 0
+        self.counts = Counter()  # (depth, accepted drafts) -> request-steps
+        self.depth_steps = Counter()  # depth -> verify steps
+        self.draft_tokens = 0  # proposed drafts
+
+    @classmethod
+    def from_tally(cls, tally: Tally) -> "AcceptanceWindow":
+        window = cls()
+        window.steps = tally.steps
+        window.counts.update(tally.counts)
+        window.depth_steps.update(tally.depth_steps)
+        window.draft_tokens = tally.proposed
+        return window
 
     @classmethod
     def from_counts(cls, steps: int, raw_lengths: Dict[int, int], positions: int) -> "AcceptanceWindow":
-        """A window from a step count and requests per raw accepted length (what the monitor keeps)."""
-        window = cls()
-        lengths, per_position = clamped_counts(raw_lengths, positions)
-        window.add_counts(lengths, per_position, positions)
-        window.steps = steps
-        return window
+        """A window of `steps` chain steps all `positions` deep, from requests per raw accepted length."""
+        counts = depth_counts(raw_lengths, positions)
+        requests = sum(counts.values())
+        return cls.from_tally(Tally(steps, counts, {positions: steps} if steps else {}, requests * positions))
 
-    def add_step(self, accepted_per_request: Sequence[int], positions: int):
-        self.add_counts(*step_counts(accepted_per_request, positions), positions)
-
-    def add_counts(self, lengths: Dict[int, int], per_position: Sequence[int], positions: int):
-        """Add one step already aggregated by step_counts (cheap for large batches)."""
+    def add_step(self, accepted_per_request: Sequence[int], positions: int, proposed: int = 0):
+        """One step `positions` deep; `proposed` drafts per request (0: a chain, as many as positions)."""
         self.steps += 1
-        self.positions = max(self.positions, positions)
-        requests = sum(lengths.values())
-        self.drafts += requests
-        self.draft_tokens += requests * positions
-        self.accepted_tokens += sum(per_position)
-        self.length_histogram.update(lengths)
-        for k, count in enumerate(per_position):
-            self.per_position[k] += count
+        self.depth_steps[positions] += 1
+        for key, n in depth_counts(Counter(accepted_per_request), positions).items():
+            self.counts[key] += n
+        self.draft_tokens += len(accepted_per_request) * (proposed or positions)
+
+    @property
+    def positions(self) -> int:
+        """The deepest draft verified in the window."""
+        return max((depth for depth, _ in self.counts), default=0)
+
+    @property
+    def drafts(self) -> int:
+        """Request-steps verified (at any depth, 0 included: SGLang counts them as verify steps too)."""
+        return sum(self.counts.values())
+
+    @property
+    def accepted_tokens(self) -> int:
+        return sum(accepted * n for (_, accepted), n in self.counts.items())
+
+    @property
+    def length_histogram(self) -> Counter:
+        """Accepted drafts per request-step -> count (SGLang's spec_correct_drafts_histogram, summed)."""
+        out = Counter()
+        for (_, accepted), n in self.counts.items():
+            out[accepted] += n
+        return out
+
+    @property
+    def per_position(self) -> List[int]:
+        """Request-steps that accepted each position."""
+        return [sum(n for (_, a), n in self.counts.items() if a > k) for k in range(self.positions)]
+
+    def drafted_per_position(self) -> List[int]:
+        """Request-steps whose draft reached each position."""
+        return [sum(n for (d, _), n in self.counts.items() if d > k) for k in range(self.positions)]
 
     def mean_accepted_drafts(self) -> Optional[float]:
         return self.accepted_tokens / self.drafts if self.drafts else None
@@ -130,15 +201,38 @@ class AcceptanceWindow:
         """Tokens per request-step including the bonus token."""
         return 1.0 + self.accepted_tokens / self.drafts if self.drafts else None
 
-    def per_position_rate(self) -> List[float]:
-        return [self.per_position[k] / self.drafts if self.drafts else 0.0 for k in range(self.positions)]
+    def accept_rate(self) -> Optional[float]:
+        return self.accepted_tokens / self.draft_tokens if self.draft_tokens else None
+
+    def per_position_rate(self) -> List[Optional[float]]:
+        """P(position k accepted | position k drafted)."""
+        return [a / d if d else None for a, d in zip(self.per_position, self.drafted_per_position())]
 
     def conditional_rate(self) -> List[Optional[float]]:
-        """P(accepted at k | accepted at k-1); position 0 is unconditional."""
+        """P(position k accepted | positions before it accepted and k drafted); position 0 is unconditional."""
         out = []
         for k in range(self.positions):
-            previous = self.drafts if k == 0 else self.per_position[k - 1]
-            out.append(self.per_position[k] / previous if previous else None)
+            reached = sum(n for (d, a), n in self.counts.items() if d > k and a >= k)
+            out.append(sum(n for (_, a), n in self.counts.items() if a > k) / reached if reached else None)
+        return out
+
+    def depth_mix(self) -> Dict[int, int]:
+        """Depth -> request-steps verified at it."""
+        out: Dict[int, int] = {}
+        for (depth, _), n in self.counts.items():
+            out[depth] = out.get(depth, 0) + n
+        return dict(sorted(out.items()))
+
+    def per_depth(self) -> Dict[str, dict]:
+        """Per draft depth: verify steps, their share of all verify steps, request-steps, accepted drafts, mean accept
+        length (bonus included)."""
+        out = {}
+        for depth, requests in self.depth_mix().items():
+            accepted = sum(a * n for (d, a), n in self.counts.items() if d == depth)
+            steps = self.depth_steps.get(depth, 0)
+            out[str(depth)] = {"verify_steps": steps, "step_share": steps / self.steps if self.steps else None,
+                               "request_steps": requests, "accepted_tokens": accepted,
+                               "mean_accept_length": 1.0 + accepted / requests if requests else None}
         return out
 
     def as_fields(self) -> dict:
@@ -146,6 +240,9 @@ class AcceptanceWindow:
             "steps": self.steps, "drafts": self.drafts, "draft_tokens": self.draft_tokens,
             "accepted_tokens": self.accepted_tokens, "positions": self.positions,
             "mean_accepted_drafts": self.mean_accepted_drafts(), "mean_accept_length": self.mean_length(),
-            "per_position_rate": self.per_position_rate(), "conditional_rate": self.conditional_rate(),
+            "accept_rate": self.accept_rate(), "per_position_rate": self.per_position_rate(),
+            "conditional_rate": self.conditional_rate(),
+            "per_position_accepted": self.per_position, "per_position_drafted": self.drafted_per_position(),
+            "per_depth": self.per_depth(),
             "accept_length_histogram": {str(k): v for k, v in sorted(self.length_histogram.items())},
         }

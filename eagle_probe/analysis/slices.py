@@ -111,9 +111,16 @@ def request_length_bucket(length: float) -> str:
     return REQUEST_LENGTH_BUCKETS[-1]
 
 
-def per_position(lengths: Dict[int, int], positions: int) -> List[int]:
-    """Request-steps that accepted each 0-based draft position (accepted length > k)."""
-    return [sum(n for length, n in lengths.items() if length > k) for k in range(positions)]
+def per_position(lengths: Dict, positions: int) -> List[int]:
+    """Request-steps that accepted each 0-based draft position (accepted length > k); `lengths` is keyed by the
+    accepted length or by (depth, accepted length)."""
+    return [sum(n for key, n in lengths.items() if (key[1] if isinstance(key, tuple) else key) > k)
+            for k in range(positions)]
+
+
+def drafted_per_position(lengths: Dict, positions: int) -> List[int]:
+    """Request-steps whose draft reached each 0-based position (depth > k); `lengths` keyed by (depth, accepted)."""
+    return [sum(n for key, n in lengths.items() if isinstance(key, tuple) and key[0] > k) for k in range(positions)]
 
 
 def _p_lower(s1: int, n1: int, s2: int, n2: int) -> float:
@@ -133,11 +140,11 @@ def low_slices(slices: Dict[str, Dict[str, dict]], positions: int) -> List[dict]
     candidates, tests = [], 0
     for dimension, buckets in slices.items():
         buckets = {b: c for b, c in buckets.items() if _sane(c)}
-        total_n = sum(b.get("request_steps", 0) for b in buckets.values())
         for k in range(positions):
             total_s = sum(_at(b.get("accepted"), k) for b in buckets.values())
+            total_n = sum(_drafted(b, k) for b in buckets.values())
             for bucket, counts in buckets.items():
-                n1, s1 = counts.get("request_steps", 0), _at(counts.get("accepted"), k)
+                n1, s1 = _drafted(counts, k), _at(counts.get("accepted"), k)
                 n2, s2 = total_n - n1, total_s - s1
                 if n1 < MIN_REQUEST_STEPS or n2 < MIN_REQUEST_STEPS:
                     continue
@@ -152,6 +159,13 @@ def low_slices(slices: Dict[str, Dict[str, dict]], positions: int) -> List[dict]
                           "request_steps": n1, "rest_rate": round(r2, 4), "rest_request_steps": n2,
                           "p_value": p, "tests": tests, "test": TEST_NAME})
     return found
+
+
+def _drafted(counts: dict, k: int) -> int:
+    """Request-steps of a slice that drafted position k: its `drafted` list where it has one (depth changes from step
+    to step), else every request-step (a log of a fixed depth)."""
+    drafted = counts.get("drafted")
+    return _at(drafted, k) if drafted is not None else counts.get("request_steps", 0)
 
 
 def _sane(counts: dict) -> bool:

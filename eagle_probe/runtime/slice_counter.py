@@ -66,7 +66,7 @@ class SliceCounter:
     def __init__(self, background_s=None, on_error=None):
         self.steps = 0
         self.positions = 0
-        self.counts = {}  # (dimension, bucket) -> Counter {accepted drafts clamped to [0, positions]: request-steps}
+        self.counts = {}  # (dimension, bucket) -> Counter {(depth, accepted clamped to [0, depth]): request-steps}
         self.request_lengths = Counter()  # accept-length bucket -> finished requests
         self.retired = 0  # requests counted into request_lengths
         self.requests_classified = 0  # finished requests counted by their traffic classes (add_request)
@@ -91,11 +91,12 @@ class SliceCounter:
             if finished.positions > self.positions:
                 self.positions = finished.positions
             counts = self.counts
+            lengths = {(finished.positions, length): n for length, n in finished.lengths.items()}
             for key in finished.classes:
                 found = counts.get(key)
                 if found is None:
                     found = counts[key] = Counter()
-                found.update(finished.lengths)
+                found.update(lengths)
             self.requests_classified += 1
 
     def _behind(self) -> None:
@@ -139,8 +140,8 @@ class SliceCounter:
         return bool(self._finishing)
 
     def _fold(self, steps: Counter, requests: Counter) -> None:
-        """One count's tallies into the per-slice counts: steps {(batch, path, length): n} and requests
-        {(position, cached prefix, first or later, sampling, thinking, length): n}."""
+        """One count's tallies into the per-slice counts: steps {(batch, path, (depth, length)): n} and requests
+        {(position, cached prefix, first or later, sampling, thinking, (depth, length)): n}."""
         counts = self.counts
         for dimensions, tally in ((("batch", "path"), steps),
                                   (("position", "cached_prefix", "step", "sampling", "thinking"), requests)):
@@ -165,9 +166,9 @@ class SliceCounter:
         table = self._requests
         for value, n in Counter(accepted).items():  # counted in C
             length = value if 0 <= value <= positions else (0 if value < 0 else positions)
-            steps[(batch, path, length)] += n
+            steps[(batch, path, (positions, length))] += n
             if not known:
-                requests[(S.UNKNOWN, S.UNKNOWN, S.UNKNOWN, S.UNKNOWN, S.UNKNOWN, length)] += n
+                requests[(S.UNKNOWN, S.UNKNOWN, S.UNKNOWN, S.UNKNOWN, S.UNKNOWN, (positions, length))] += n
         if not known:
             return
         for value, req in zip(accepted, reqs):
@@ -175,9 +176,9 @@ class SliceCounter:
             entry = table.get(id(req))
             if entry is None or entry[0] is not req:
                 entry = table[id(req)] = _track(req)
-                requests[(entry[5], entry[4], "first", *entry[7], length)] += 1
+                requests[(entry[5], entry[4], "first", *entry[7], (positions, length))] += 1
             else:
-                requests[(entry[5], entry[4], "later", *entry[7], length)] += 1
+                requests[(entry[5], entry[4], "later", *entry[7], (positions, length))] += 1
             entry[2] += 1
             entry[3] += length
             if entry[1] is not None:
@@ -209,7 +210,8 @@ class SliceCounter:
             positions, slices = self.positions, {}
             for (dimension, bucket), lengths in self.counts.items():
                 slices.setdefault(dimension, {})[bucket] = {"request_steps": sum(lengths.values()),
-                                                            "accepted": S.per_position(lengths, positions)}
+                                                            "accepted": S.per_position(lengths, positions),
+                                                            "drafted": S.drafted_per_position(lengths, positions)}
             lengths = dict(self.request_lengths)
         return {"positions": positions, "slices": S.ordered(slices),
                 "request_accept_length": {b: lengths[b] for b in S.REQUEST_LENGTH_BUCKETS if b in lengths},

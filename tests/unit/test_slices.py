@@ -66,12 +66,12 @@ def test_sampling_and_thinking_are_read_once_per_request():
     counter.add(VerifyStep([1, 0], 2, "t", [greedy, hot], 2, False))
     counter.add(VerifyStep([2], 2, "t", [], 1, False))  # a step without its requests: its classes are unknown
     slices = counter.snapshot()["slices"]
-    assert slices["sampling"] == {"greedy": {"request_steps": 2, "accepted": [2, 1]},
-                                  "temp>1": {"request_steps": 2, "accepted": [0, 0]},
-                                  "unknown": {"request_steps": 1, "accepted": [1, 1]}}
-    assert slices["thinking"] == {"on": {"request_steps": 2, "accepted": [0, 0]},
-                                  "off": {"request_steps": 2, "accepted": [2, 1]},
-                                  "unknown": {"request_steps": 1, "accepted": [1, 1]}}
+    assert slices["sampling"] == {"greedy": {"request_steps": 2, "accepted": [2, 1], "drafted": [2, 2]},
+                                  "temp>1": {"request_steps": 2, "accepted": [0, 0], "drafted": [2, 2]},
+                                  "unknown": {"request_steps": 1, "accepted": [1, 1], "drafted": [1, 1]}}
+    assert slices["thinking"] == {"on": {"request_steps": 2, "accepted": [0, 0], "drafted": [2, 2]},
+                                  "off": {"request_steps": 2, "accepted": [2, 1], "drafted": [2, 2]},
+                                  "unknown": {"request_steps": 1, "accepted": [1, 1], "drafted": [1, 1]}}
     assert req(prompt=3).__dict__.get("sampling_params") is None  # plain records: both unknown (other tests)
 
 
@@ -83,15 +83,15 @@ def test_position_first_step_and_cached_prefix_per_request():
         counter.add(VerifyStep(accepted, 3, "t", [fresh, hit], 2, False))
     snap = counter.snapshot()
     slices = snap["slices"]
-    assert slices["position"] == {"0-63": {"request_steps": 1, "accepted": [1, 1, 0]},
-                                  "64-127": {"request_steps": 2, "accepted": [1, 0, 0]},
-                                  "128-255": {"request_steps": 3, "accepted": [0, 0, 0]}}
-    assert slices["step"]["first"] == {"request_steps": 2, "accepted": [1, 1, 0]}
+    assert slices["position"] == {"0-63": {"request_steps": 1, "accepted": [1, 1, 0], "drafted": [1, 1, 1]},
+                                  "64-127": {"request_steps": 2, "accepted": [1, 0, 0], "drafted": [2, 2, 2]},
+                                  "128-255": {"request_steps": 3, "accepted": [0, 0, 0], "drafted": [3, 3, 3]}}
+    assert slices["step"]["first"] == {"request_steps": 2, "accepted": [1, 1, 0], "drafted": [2, 2, 2]}
     assert slices["step"]["later"]["request_steps"] == 4
     assert slices["cached_prefix"]["yes"]["request_steps"] == 3 and slices["cached_prefix"]["no"]["accepted"] == \
         [2, 1, 0]
-    assert slices["batch"] == {"2-3": {"request_steps": 6, "accepted": [2, 1, 0]}}
-    assert slices["path"] == {"eager": {"request_steps": 6, "accepted": [2, 1, 0]}}
+    assert slices["batch"] == {"2-3": {"request_steps": 6, "accepted": [2, 1, 0], "drafted": [6, 6, 6]}}
+    assert slices["path"] == {"eager": {"request_steps": 6, "accepted": [2, 1, 0], "drafted": [6, 6, 6]}}
 
 
 def test_each_dimension_sums_to_the_totals():
@@ -251,8 +251,10 @@ def test_summarize_skips_a_malformed_slices_event():
 def test_a_slice_dimension_this_release_does_not_know_is_reported_not_a_crash():
     """A log written by another release (or edited) names a dimension without a cause here: the low slice is still
     named, with a message that says the dimension is unknown (found by the generated-input test: dimension '')."""
-    low = {"request_steps": 200, "accepted": [0, 0]}  # request-steps that accepted each draft position: none
-    rest = {"request_steps": 200, "accepted": [200, 200]}  # every one
+    # request-steps that accepted each draft position: none
+    low = {"request_steps": 200, "accepted": [0, 0], "drafted": [200, 200]}
+    rest = {"request_steps": 200, "accepted": [200, 200],
+            "drafted": [200, 200]}  # every one
     for dimension in ("", "region"):
         event = {"event": names.ACCEPTANCE_SLICES, "tp_rank": 0, "pid": 1, "positions": 2,
                  "slices": {dimension: {"a": low, "b": rest}}}

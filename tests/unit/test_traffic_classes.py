@@ -49,8 +49,8 @@ def test_requests_count_into_their_classes_and_ordering_is_fixed():
     counter.add(VerifyStep([1], 2, "t", [], 1, False))  # the schedulers' own dimensions beside them
     snap = counter.snapshot()
     assert list(snap["slices"]) == list(S.DIMENSIONS) + ["entry", "label:app"]  # the schedulers', then these
-    assert snap["slices"]["entry"] == {"chat": {"request_steps": 4, "accepted": [4, 4]},
-                                       "generate": {"request_steps": 4, "accepted": [1, 1]}}
+    assert snap["slices"]["entry"] == {"chat": {"request_steps": 4, "accepted": [4, 4], "drafted": [4, 4]},
+                                       "generate": {"request_steps": 4, "accepted": [1, 1], "drafted": [4, 4]}}
     assert list(snap["slices"]["label:app"]) == ["a", "b"] and counter.requests_classified == 2
 
 

@@ -25,7 +25,7 @@ from ..patcher import Integration, PatchTarget
 from ..values.verify_dumps import V1, V2
 
 _fields = {}  # dotted target -> field name for the installed release (resolved once)
-_positions = []  # [draft positions]: a server's speculative steps never change, read once
+_positions = []  # [the server's speculative steps], read once: the depth of a step that does not carry its own
 # Retractions seen in this process. Until the first, no request can be retracted (Req.reset_for_retract is the one
 # place SGLang sets is_retracted, proven per release by the contract check), so that pass over the batch is skipped.
 _retractions = [0]
@@ -54,7 +54,8 @@ def _tokens_field(target: str) -> str:
 
 
 def _draft_positions(instance, result=None) -> int:
-    """Draft positions along the chain: the server's speculative steps."""
+    """The server's speculative steps (launch value): the depth of a v1 worker's step, and of a v2 step whose result
+    carries no accept_index."""
     if _positions:
         return _positions[0]
     steps = None
@@ -67,6 +68,22 @@ def _draft_positions(instance, result=None) -> int:
         return int(result.speculative_num_draft_tokens) - int(getattr(result, "num_non_draft_tokens_per_req", 1))
     _positions.append(steps)
     return steps
+
+
+def _step_shape(instance, result):
+    """(depth, drafts proposed per request) of one v2 verify step, from the step itself: SGLang's accept_index is
+    [requests, spec_steps + 1] whatever the topk (a tree's depth is its draft steps), and the adaptive worker's steps
+    change between steps (read at resolve time, one step late under overlap, they would be another step's). Its shape
+    is host metadata: reading it does not touch the device. A tree proposes every node after its root."""
+    shape = getattr(getattr(result, "accept_index", None), "shape", None)
+    if shape is not None and len(shape) == 2:
+        depth = shape[1] - 1
+    else:
+        depth = _positions[0] if _positions else _draft_positions(instance, result)
+    tokens = getattr(result, "speculative_num_draft_tokens", None)
+    if type(tokens) is not int:
+        return depth, 0
+    return depth, tokens - getattr(result, "num_non_draft_tokens_per_req", 1)
 
 
 def _any_ended(reqs) -> bool:
@@ -103,11 +120,11 @@ def retraction_wrapper(wrapped, instance, args, kwargs):
 _new_tuple = tuple.__new__  # VerifyStep(...) runs a Python __new__; this is the same tuple made in C
 
 
-def _record(accepted, positions, source, reqs=(), batch_size=0, graph=None):
+def _record(accepted, positions, source, reqs=(), batch_size=0, graph=None, proposed=0):
     """One verify step to the recorder's parts. Once the recorder is settled (ranks read, start-up over) the step
     goes to the parts' handlers here: the general verify_step's checks and calls are a third of a step's cost."""
     recorder = STATE.recorder
-    step = _new_tuple(VerifyStep, (accepted, positions, source, reqs, batch_size, graph))
+    step = _new_tuple(VerifyStep, (accepted, positions, source, reqs, batch_size, graph, proposed))
     if not recorder.settled:
         recorder.verify_step(step)
         return
@@ -150,8 +167,9 @@ def _v2_wrapper(target: str, site: str):
                 counts = getattr(result, _fields.get(target) or _field(target))
                 live, reqs = _live(counts, batch.reqs)
                 if live:
-                    _record(live, _positions[0] if _positions else _draft_positions(instance, result), target, reqs,
-                            len(counts), getattr(result, "can_run_cuda_graph", None))
+                    depth, proposed = _step_shape(instance, result)
+                    _record(live, depth, target, reqs, len(counts), getattr(result, "can_run_cuda_graph", None),
+                            proposed)
                     coverage = STATE.recorder.coverage
                     if coverage is not None and (now := _now()) >= coverage.next_due:
                         # the committed tokens, host lists; all live when no count was left out (the common case)

@@ -70,7 +70,9 @@ def _finished(manager, recv_obj, i: int):
     histograms = getattr(recv_obj, versions.REQUEST_HISTOGRAM_FIELD, None)
     if not histograms or len(histograms) <= i or not histograms[i]:
         return  # no verify step (the request ended at its prefill)
-    positions = manager.server_args.speculative_num_steps
+    # Adaptive depth drafts deeper than the launch steps, and this process never sees a step's own depth: the
+    # histogram's length bounds it (its accepted drafts are never clamped).
+    positions = max(manager.server_args.speculative_num_steps or 0, len(histograms[i]) - 1)
     values = _label_values(manager)
     classes = ((ENTRY, entry), *values.buckets(labels))
     for key, why in values.take_news():

@@ -2,9 +2,9 @@
 eagle_probe.acceptance event per summary interval, and the collapse judgement on the steps since the last judgement once
 they hold enough request-steps (a quiet interval is carried into the next)."""
 
-from ...analysis.acceptance import expected_per_position_rate
+from ...analysis.acceptance import AcceptanceWindow, expected_per_position_rate
 from ...events import ACCEPTANCE
-from ..acceptance_monitor import AcceptanceMonitor, counts_since
+from ..acceptance_monitor import AcceptanceMonitor
 from .base import Part
 
 
@@ -23,8 +23,8 @@ class Acceptance(Part):
     def flush(self, metrics):
         monitor = self.monitor
         now = monitor.snapshot()
-        steps, lengths, per_position = counts_since(now, self._flushed, monitor.positions)
-        if steps and not self.out.metric("add_verify_counts", steps, lengths, per_position, monitor.positions):
+        added = AcceptanceWindow.from_tally(now.minus(self._flushed))
+        if added.steps and not self.out.metric("add_verify_counts", added, monitor.depth):
             return  # refused: sent again at the next flush
         self._flushed = now
 

@@ -87,6 +87,8 @@ class MetricsSink:
                                 "Draft tokens accepted (bonus token excluded).", ())
         self.accepted_per_pos = counter("eagle_probe_spec_accepted_tokens_per_pos_total",
                                         "Draft tokens accepted at each 0-based draft position.", ("position",))
+        self.drafted_per_pos = counter("eagle_probe_spec_drafted_tokens_per_pos_total", "Request-steps whose draft "
+                                       "reached each 0-based position (its rate's denominator).", ("position",))
         self.accept_length = prom.Histogram(
             "eagle_probe_spec_accepted_length", "Accepted draft tokens per request and verify step (bonus excluded).",
             RANK_LABELS, buckets=tuple(range(0, 17)) + (float("inf"),), **kw)
@@ -191,24 +193,28 @@ class MetricsSink:
         if series is None:
             series = [self._child(m) for m in (self.verify_steps, self.drafts, self.draft_tokens, self.accepted,
                                                  self.accept_length)]
-            series.append([self._child(self.accepted_per_pos, str(k)) for k in range(positions)])
+            series += [[self._child(m, str(k)) for k in range(positions)] for m in (self.accepted_per_pos,
+                                                                                    self.drafted_per_pos)]
             self._verify_children[positions] = series
         return series
 
-    def add_verify_counts(self, steps, lengths, per_position, positions):
-        """Verify steps since the last flush, aggregated (requests per accepted length, accepted per position)."""
-        requests = sum(lengths.values())
+    def add_verify_counts(self, window, depth=None):
+        """Verify steps since the last flush (an AcceptanceWindow of them); `depth`: the last step's draft depth."""
+        from .depth_metrics import add_depth_counts
         # all resolved before the first is increased: nothing is added twice
-        verify_steps, drafts, draft_tokens, accepted, histogram, per_pos = self._verify_series(len(per_position))
-        verify_steps.inc(steps)
-        if not requests:
+        verify_steps, drafts, draft_tokens, accepted, histogram, per_pos, drafted_pos = \
+            self._verify_series(window.positions)
+        add_depth_counts(self, window.per_depth(), depth)
+        verify_steps.inc(window.steps)
+        if not window.drafts:
             return
-        drafts.inc(requests)
-        draft_tokens.inc(requests * positions)
-        accepted.inc(sum(per_position))
-        for child, count in zip(per_pos, per_position):
-            child.inc(count)
-        for value, count in lengths.items():
+        drafts.inc(window.drafts)
+        draft_tokens.inc(window.draft_tokens)
+        accepted.inc(window.accepted_tokens)
+        for children, counts in ((per_pos, window.per_position), (drafted_pos, window.drafted_per_position())):
+            for child, count in zip(children, counts):
+                child.inc(count)
+        for value, count in window.length_histogram.items():
             observe_many(histogram, value, count)
 
     def add_vocab_coverage(self, in_vocab, total, all_in_vocab, all_total):
