@@ -60,11 +60,16 @@ def low_finding(verdict: dict, per_position: Sequence[Optional[float]], checks: 
     explained = (f" Findings that may explain it: {', '.join(causes)}." if causes else
                  " No other finding explains it.")
     rates = ", ".join("n/a" if r is None else f"{r:.3f}" for r in per_position)
+    traffic = verdict.get("traffic") or "unknown traffic"
+    sampled_note = (" Only sampled traffic was seen: at temperature > 0 a draft token is accepted with the target's "
+                    "probability of it, so it accepts less with any wiring; send some greedy requests (temperature 0) "
+                    "to judge the layers." if traffic.startswith("sampled") else "")
     message = (f"{where}: first-position acceptance {verdict['rate']:.3f} over {verdict['request_steps']} "
-               f"request-steps is far below what EAGLE-3 drafts reach on chat traffic ({PRIOR_TEXT}): under {FLOOR}, "
+               f"request-steps of {traffic} is far below what EAGLE-3 drafts reach on chat traffic ({PRIOR_TEXT}): "
+               f"under {FLOOR}, "
                f"{verdict['z']} standard errors short of {PRIOR}. No training accuracy was given, so this is judged "
                f"against the field, not the draft's own promise (give --draft-accuracy for that). Per position: "
-               f"{rates}.{explained} Checks clean: {clean}. Not checked: {unchecked}. Next: "
+               f"{rates}.{sampled_note}{explained} Checks clean: {clean}. Not checked: {unchecked}. Next: "
                + " Then: ".join(next_steps))
     evidence = dict(verdict, per_position_rate=[None if r is None else round(r, 4) for r in per_position],
                     sources=list(SOURCES), checks=checks, next_steps=list(next_steps), likely_causes=list(causes))

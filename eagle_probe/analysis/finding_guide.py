@@ -209,6 +209,14 @@ GUIDE = {
         "run the next command it names: the low slice when one traffic class is low; `consistency` when the decode "
         "path is suspect; dumps and `replay --search` when the layers could be wrong; `doctor` for the vocabulary "
         "map"),
+    F.ACCEPTANCE_SAMPLED_TRAFFIC: Guide(
+        f"{PROBE} (instead of `acceptance_collapse`), summarize (instead of `acceptance_low`)",
+        "acceptance over all traffic is low, but the `sampling` slice shows greedy traffic served as expected and "
+        "sampled traffic (temperature > 0) below it: at temperature > 0 SGLang accepts a draft token with the "
+        "target's probability of it, so sampled requests accept less with any wiring; names both sides' mean accept "
+        "length and first-position rate",
+        "nothing to fix in the wiring; judge the layers on greedy traffic (send some requests at temperature 0), and "
+        "weigh whether speculation pays for the sampled traffic class"),
     F.ACCEPTANCE_PAST_TRAINED_LENGTH: Guide(
         "summarize",
         "acceptance by sequence position drops beyond the length the draft was trained on (from "

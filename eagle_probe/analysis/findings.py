@@ -59,6 +59,7 @@ ACCEPTANCE_SLICE_LOW = "acceptance_slice_low"  # analysis.slices
 VERIFY_PREFILL_MISMATCH = "verify_prefill_mismatch"  # analysis.consistency (`eagle-probe consistency`)
 DRAFT_CONFIG_IGNORED = "draft_config_ignored"  # analysis.draft_config_keys
 ACCEPTANCE_LOW = "acceptance_low"  # analysis.field_prior
+ACCEPTANCE_SAMPLED_TRAFFIC = "acceptance_sampled_traffic"  # analysis.sampled_traffic
 ACCEPTANCE_PAST_TRAINED_LENGTH = "acceptance_past_trained_length"  # analysis.trained_length
 ACCEPTANCE_BIMODAL = "acceptance_bimodal"  # analysis.bimodal
 
@@ -116,6 +117,9 @@ CODES = {
     ACCEPTANCE_LOW: (WARNING, "summarize, with no training accuracy given: first-position acceptance is far below the "
                               "published EAGLE-3 figure for chat traffic beyond chance (always under 0.4 over 100 or "
                               "more verify steps)"),
+    ACCEPTANCE_SAMPLED_TRAFFIC: (INFO, "acceptance below what was expected is sampled traffic's (temperature > 0 "
+                                       "verifies by the target's probabilities), while greedy traffic is served as "
+                                       "expected: not a wiring fault"),
     ACCEPTANCE_PAST_TRAINED_LENGTH: (WARNING, "summarize: acceptance at sequence positions beyond the draft's trained "
                                               "length is below acceptance within it beyond chance"),
     ACCEPTANCE_BIMODAL: (WARNING, "summarize: finished requests' accept lengths split into two groups (a subset of "
@@ -310,9 +314,10 @@ def draft_config_layer_finding(model_class: str, draft_ids, expected: Sequence[i
 
 
 def acceptance_collapse_finding(observed: float, expected: float, accuracy, positions: int,
-                                per_position: Sequence[float], drafts: int, threshold: float,
-                                seen_codes: Sequence[str]) -> Finding:
-    """accuracy: per-position conditional accuracies (analysis.acceptance)."""
+                                per_position: Sequence[Optional[float]], drafts: int, threshold: float,
+                                seen_codes: Sequence[str], traffic: str = "unknown traffic") -> Finding:
+    """accuracy: per-position conditional accuracies (analysis.acceptance); traffic: what was judged
+    (analysis.sampled_traffic.judged)."""
     from .acceptance import describe_accuracy
 
     causes = ", ".join(seen_codes) if seen_codes else "none observed in this process; run `eagle-probe doctor` " \
@@ -320,12 +325,31 @@ def acceptance_collapse_finding(observed: float, expected: float, accuracy, posi
     accuracy = [float(v) for v in accuracy]
     return _finding(
         ACCEPTANCE_COLLAPSE,
-        f"mean acceptance length {observed:.2f} tokens per step (bonus included) over {drafts} drafts is "
-        f"{observed / expected:.0%} of the {expected:.2f} expected from {describe_accuracy(accuracy)} "
-        f"over {positions} positions (threshold {threshold:.0%}); per-position acceptance "
-        f"{[round(r, 3) for r in per_position]}. Likely causes among the findings seen: {causes}.",
+        f"mean acceptance length {observed:.2f} tokens per step (bonus included) over {drafts} drafts of {traffic} "
+        f"is {observed / expected:.0%} of the {expected:.2f} expected from {describe_accuracy(accuracy)} "
+        f"at the depths served (deepest {positions}; threshold {threshold:.0%}); per-position acceptance "
+        f"{[None if r is None else round(r, 3) for r in per_position]}. Likely causes among the findings seen: "
+        f"{causes}.",
         observed=round(observed, 4), expected=round(expected, 4), draft_accuracy=accuracy,
-        per_position_rate=[round(r, 4) for r in per_position], drafts=drafts, likely_causes=list(seen_codes))
+        per_position_rate=[None if r is None else round(r, 4) for r in per_position], drafts=drafts,
+        likely_causes=list(seen_codes), traffic=traffic)
+
+
+def sampled_traffic_finding(judgement: str, greedy: dict, sampled: dict, expected: str) -> Finding:
+    """acceptance_sampled_traffic: `judgement` names what was low overall (a collapse, a low first position);
+    greedy and sampled: analysis.sampled_traffic.split sides; expected: what greedy traffic was held against."""
+    def side(c):
+        rate = c.get("first_position_rate")
+        return (f"mean accept length {c['mean_accept_length']:.2f}, first position "
+                f"{'n/a' if rate is None else f'{rate:.3f}'} over {c['request_steps']} request-steps")
+
+    return _finding(
+        ACCEPTANCE_SAMPLED_TRAFFIC,
+        f"{judgement} over all traffic, but greedy traffic is served as expected ({side(greedy)}; {expected}) and "
+        f"sampled traffic accounts for the shortfall ({side(sampled)}). At temperature > 0 SGLang accepts a draft "
+        f"token with the target's probability of it, not when it is the target's argmax: sampled requests accept "
+        f"less with any wiring. The layers are not what this shows; judge them on greedy traffic.",
+        greedy=greedy, sampled=sampled, judged=judgement)
 
 
 def aux_nonfinite_finding(role: str, slot: int, capture_index: Optional[int], label: str, count: int,

@@ -100,7 +100,8 @@ class AcceptanceMonitor:
             return None
         return expected_mean_length_mixed(self.config.draft_accuracy, window.depth_mix())
 
-    def collapse(self, window: AcceptanceWindow, seen_codes: Sequence[str]) -> Optional[Finding]:
+    def collapse(self, window: AcceptanceWindow, seen_codes: Sequence[str],
+                 traffic: str = "unknown traffic") -> Optional[Finding]:
         """acceptance_collapse when a large enough window stays far under the length the claimed accuracy implies."""
         expected = self.expected_length(window)
         if expected is None or window.drafts < self.config.collapse_min_drafts:
@@ -109,4 +110,22 @@ class AcceptanceMonitor:
             return None
         return rules.acceptance_collapse_finding(
             window.mean_length(), expected, self.config.draft_accuracy, window.positions, window.per_position_rate(),
-            window.drafts, self.config.collapse_ratio, [c for c in seen_codes if c != rules.ACCEPTANCE_COLLAPSE])
+            window.drafts, self.config.collapse_ratio, [c for c in seen_codes if c != rules.ACCEPTANCE_COLLAPSE],
+            traffic)
+
+    def sampled_instead(self, collapse: Finding, traffic: dict) -> Optional[Finding]:
+        """acceptance_sampled_traffic in place of a collapse when greedy traffic (enough of it) is served as expected
+        and sampled traffic is below it; None when greedy traffic collapsed too (or too little of it was seen)."""
+        greedy, sampled = traffic.get("greedy"), traffic.get("sampled")
+        accuracy = self.config.draft_accuracy
+        if not greedy or not sampled or accuracy is None or greedy["request_steps"] < self.config.collapse_min_drafts:
+            return None
+        evidence = collapse.evidence_dict()
+        expected = evidence["expected"]  # at the window's depth mix
+        if greedy["mean_accept_length"] / expected < self.config.collapse_ratio:
+            return None
+        if sampled["mean_accept_length"] >= greedy["mean_accept_length"]:
+            return None
+        return rules.sampled_traffic_finding(
+            f"mean accept length {evidence['observed']:.2f} under the collapse threshold", greedy,
+            sampled, f"{expected:.2f} expected from the training accuracy")

@@ -2,6 +2,8 @@
 
 import io
 import json
+
+import pytest
 import os
 import shutil
 
@@ -15,7 +17,7 @@ REAL_LOG = os.path.join(os.path.dirname(__file__), "..", "data", "real-sglang-0.
 
 def acceptance_line(ts, rank=1, mean=2.5, rates=(0.8, 0.5, 0.2), hist=None):
     event = {"pid": 4242, "tp_rank": rank, "tp_size": 2, "pp_rank": 0, "dp_rank": None, "role": "target",
-             "steps": 10, "drafts": 20, "draft_tokens": 60, "accepted_tokens": 30, "positions": 3,
+             "steps": 10, "drafts": 20, "draft_tokens": 60, "accepted_tokens": round((mean - 1) * 20), "positions": 3,
              "mean_accept_length": mean, "per_position_rate": list(rates), "conditional_rate": [0.8, 0.625, 0.4],
              "accept_length_histogram": hist or {"0": 4, "1": 6, "2": 6, "3": 4},
              "read_at": "sglang.srt.speculative.eagle_worker.EAGLEWorker.verify",
@@ -64,7 +66,7 @@ def test_json_format_is_one_document(tmp_path, capsys):
     assert ranks[10893]["capture"][0]["layers_to_capture"] == [2, 4, 5]
     assert ranks[10893]["path_totals"] == {"eager": 29}
     acc = ranks[4242]["acceptance"]
-    assert acc["drafts"] == 40 and acc["accept_rate"] == 0.5
+    assert acc["drafts"] == 40 and acc["accept_rate"] == pytest.approx((30 + 10) / 120)
     assert acc["accept_length_histogram"] == {"0": 8, "1": 12, "2": 12, "3": 8}
     assert [w["mean_accept_length"] for w in acc["over_time"]] == [2.5, 1.5]
     assert doc["findings"][0]["code"] == "layer_mismatch" and doc["findings"][0]["count"] == 2

@@ -7,7 +7,7 @@ import os
 from typing import List, Optional
 
 from ... import events as names
-from ...analysis import bimodal, field_prior, trained_length
+from ...analysis import bimodal, field_prior, sampled_traffic, trained_length
 from ...analysis import findings as F
 from ...analysis.slices import DIMENSIONS
 from .training import NOT_CAUSES, checks as training_checks
@@ -116,6 +116,19 @@ def _low(events, report, found, causes) -> List[dict]:
         if verdict is None or not verdict["low"]:
             continue
         slice_rank = _slice_rank(report, rank)
+        traffic = sampled_traffic.split(((slice_rank or {}).get("slices") or {}).get("sampling"))
+        greedy = traffic.get("greedy")
+        if traffic.get("sampled") and greedy and greedy["request_steps"] >= field_prior.MIN_STEPS:
+            greedy_verdict = field_prior.judge(greedy["first_position_rate"], greedy["first_drafted"])
+            if greedy_verdict is not None and not greedy_verdict["low"]:  # the sampled traffic's shortfall
+                finding = F.sampled_traffic_finding(
+                    f"first-position acceptance {verdict['rate']:.3f}, under the field's {field_prior.FLOOR}",
+                    greedy, traffic["sampled"], f"the field's prior is {field_prior.PRIOR} for greedy traffic")
+                out.append(_as_event(finding, rank, ((acc or {}).get("last") or {}).get("timestamp")))
+                continue
+            verdict = greedy_verdict or verdict
+        verdict["traffic"] = sampled_traffic.judged(traffic) if greedy is None or not traffic.get("sampled") \
+            else "greedy traffic"
         rows = training_checks(events, report, found) + [_slices_check(slice_rank)]
         rows.append({"check": "training accuracy", "status": "not checked", "detail": "none given: judged against "
                      "the field's prior (--draft-accuracy, or EAGLE_PROBE_DRAFT_ACCURACY on the server)"})

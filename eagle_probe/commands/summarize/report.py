@@ -9,6 +9,7 @@ from collections import Counter, defaultdict
 
 from ... import events as names
 from ...analysis.traffic import HTTP_SERVER
+from .acceptance import acceptance_section, render_acceptance_text
 from .causes import causes_section
 from .coverage import coverage_section, render_coverage_line
 from .nodes import nodes_section, render_nodes_text
@@ -53,53 +54,6 @@ def _group_findings(events):
             group["ranks"].append(rank)
     order = {"error": 0, "warning": 1}
     return sorted(groups.values(), key=lambda g: (order.get(g["severity"], 2), g["code"]))
-
-
-def _acceptance(events):
-    """Windows of one rank: totals summed over windows, per-position rates weighted by drafts."""
-    if not events:
-        return None
-    drafts = sum(e.get("drafts") or e.get("steps") or 0 for e in events)
-    accepted = sum(e.get("accepted_tokens") or 0 for e in events)
-    drafted = sum(e.get("draft_tokens") or e.get("drafted_tokens") or 0 for e in events)
-    positions = max((len(e.get("per_position_rate") or []) for e in events), default=0)
-    per_pos = []
-    for k in range(positions):
-        num = den = 0.0
-        for e in events:
-            rates = e.get("per_position_rate") or []
-            weight = e.get("drafts") or e.get("steps") or 0
-            if k < len(rates) and rates[k] is not None:
-                num += rates[k] * weight
-                den += weight
-        per_pos.append(num / den if den else None)
-    conditional = [per_pos[k] if k == 0 else
-                   (per_pos[k] / per_pos[k - 1] if per_pos[k] is not None and per_pos[k - 1] else None)
-                   for k in range(positions)]
-    histogram = Counter()
-    for e in events:
-        for length, count in (e.get("accept_length_histogram") or {}).items():
-            histogram[str(length)] += int(count)
-    lengths = [(e.get("mean_accept_length"), e.get("drafts") or e.get("steps") or 0) for e in events]
-    weighted = [(m, w) for m, w in lengths if m is not None and w]
-    mean_len = (sum(m * w for m, w in weighted) / sum(w for _, w in weighted)) if weighted else None
-    if mean_len is None and drafts:
-        mean_len = 1.0 + accepted / drafts
-    return {
-        "windows": len(events), "steps": sum(e.get("steps") or 0 for e in events), "drafts": drafts,
-        "draft_tokens": drafted, "accepted_tokens": accepted,
-        "accept_rate": accepted / drafted if drafted else None,
-        "mean_accept_length": mean_len, "per_position_rate": per_pos, "conditional_rate": conditional,
-        "accept_length_histogram": dict(sorted(histogram.items(),
-                                               key=lambda kv: int(kv[0]) if kv[0].lstrip("-").isdigit() else 0)),
-        "expected_mean_accept_length": events[-1].get("expected_mean_accept_length"),
-        "read_at": sorted({e["read_at"] for e in events if e.get("read_at")}),
-        "over_time": [{"timestamp": e.get("timestamp"), "mean_accept_length": e.get("mean_accept_length"),
-                       "accept_rate": (e["accepted_tokens"] / e["draft_tokens"])
-                       if e.get("draft_tokens") and e.get("accepted_tokens") is not None else None,
-                       "drafts": e.get("drafts")} for e in events],
-        "last": events[-1],
-    }
 
 
 def _distinct_forwards(forwards):
@@ -173,7 +127,7 @@ def build_report(events: list, input_stats=None, draft_accuracy=None, draft_max_
             "capture": entry["capture"], "forwards": _distinct_forwards(entry["forwards"]), "draft": entry["draft"],
             "path_mix": mix, "path_totals": dict(paths), "path_mix_source": mix_source,
             "findings": _group_findings(entry["findings"]), "summary": entry["summary"],
-            "errors": entry["errors"], "acceptance": _acceptance(entry["acceptance"]),
+            "errors": entry["errors"], "acceptance": acceptance_section(entry["acceptance"]),
             "statement": entry["statement"],
             "model_forwards": (entry["summary"] or {}).get("model_forwards") or [],
         })
@@ -275,19 +229,7 @@ def render_text(report: dict) -> str:
         if rank["summary"]:
             out.append(f"  captures lost: {rank['summary'].get('captures_lost')}; probe internal errors: "
                        f"{rank['summary'].get('internal_errors')}")
-        acc = rank["acceptance"]
-        if acc:
-            out.append(f"  acceptance over {acc['windows']} window(s), {acc['drafts']} drafts: mean accept length "
-                       f"{_fmt(acc['mean_accept_length'], 2)} (bonus included"
-                       + (f"; expected {_fmt(acc['expected_mean_accept_length'], 2)}"
-                          if acc["expected_mean_accept_length"] else "")
-                       + f"), accept rate {_fmt(acc['accept_rate'])}")
-            out.append("    per draft position: " + ", ".join(_fmt(r) for r in acc["per_position_rate"])
-                       + "; conditional: " + ", ".join(_fmt(r) for r in acc["conditional_rate"]))
-            out.append("    accepted drafts per step: "
-                       + ", ".join(f"{k}: {v}" for k, v in acc["accept_length_histogram"].items()))
-            if acc["read_at"]:
-                out.append("    read at: " + ", ".join(acc["read_at"]))
+        out += render_acceptance_text(rank["acceptance"])
         out += render_coverage_line(rank.get("draft_vocab_coverage"))
         if not rank["findings"]:
             out.append(_no_findings(rank, report))

@@ -31,8 +31,10 @@ def _slice_rows(slices: dict) -> dict:
         rows[dimension] = {}
         for bucket, counts in buckets.items():
             n = counts["request_steps"]
-            rates = [round(a / n, 4) if n > 0 else None for a in counts["accepted"]]
-            rows[dimension][bucket] = {"request_steps": n, "accepted": counts["accepted"], "per_position_rate": rates,
+            drafted = counts.get("drafted") or [n] * len(counts["accepted"])  # a log of a fixed depth: every step
+            rates = [round(a / d, 4) if d > 0 else None for a, d in zip(counts["accepted"], drafted)]
+            rows[dimension][bucket] = {"request_steps": n, "accepted": counts["accepted"], "drafted": drafted,
+                                       "per_position_rate": rates,
                                        "mean_accept_length": round(1 + sum(counts["accepted"]) / n, 4) if n > 0
                                        else None}
     return rows

@@ -2,6 +2,7 @@
 eagle_probe.acceptance event per summary interval, and the collapse judgement on the steps since the last judgement once
 they hold enough request-steps (a quiet interval is carried into the next)."""
 
+from ...analysis import sampled_traffic
 from ...analysis.acceptance import AcceptanceWindow, expected_per_position_rate
 from ...events import ACCEPTANCE
 from ..acceptance_monitor import AcceptanceMonitor
@@ -46,6 +47,16 @@ class Acceptance(Part):
                            ("steps", "drafts", "accepted_tokens", "mean_accept_length", "per_position_rate")}
         self.out.emit("info", ACCEPTANCE, role="target", **fields)
         judged = monitor.take_judged_window()
-        collapse = None if judged is None else monitor.collapse(judged, self.out.seen_codes())
+        if judged is None:
+            return
+        traffic = self._traffic()
+        collapse = monitor.collapse(judged, self.out.seen_codes(), sampled_traffic.judged(traffic))
         if collapse is not None:
-            self.out.finding(collapse, "target")
+            self.out.finding(monitor.sampled_instead(collapse, traffic) or collapse, "target")
+
+    def _traffic(self) -> dict:
+        """Greedy and sampled traffic apart, from the slices' sampling dimension (counted so far)."""
+        slices = getattr(self.recorder, "slices", None)
+        if slices is None:
+            return {}
+        return sampled_traffic.split(slices.snapshot()["slices"].get("sampling"))
