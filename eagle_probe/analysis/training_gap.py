@@ -19,7 +19,7 @@ positions only: the draft's own recurrence, e.g. the decode path).
 """
 
 import math
-from typing import List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 from .acceptance import conditional_accuracies, describe_accuracy, expected_per_position_rate
 from .findings import ACCEPTANCE_BELOW_TRAINING, ERROR, WARNING, Finding
@@ -43,16 +43,23 @@ def _z(promised: float, served: float, sd: float, n: int) -> float:
 
 
 def compare(accuracy, drafts: int, per_position_rate: Sequence[Optional[float]],
-            mean_accept_length: Optional[float]) -> Optional[dict]:
-    """Served against promised for one rank's acceptance (None without drafts or positions)."""
+            mean_accept_length: Optional[float], depth_mix: Optional[Dict[int, int]] = None,
+            drafted: Optional[Sequence[int]] = None) -> Optional[dict]:
+    """Served against promised for one rank's acceptance (None without drafts or positions). depth_mix: {depth:
+    request-steps} where depth changed from step to step (adaptive depth): the promise is each depth's, weighted by
+    its share; drafted: request-steps that drafted each position (each position's own sample size)."""
     positions = len(per_position_rate)
     if not drafts or drafts < 0 or not positions or mean_accept_length is None:
         return None
     promised = expected_per_position_rate(accuracy, positions)
     conditional = conditional_accuracies(accuracy, positions)
-    expected = 1.0 + sum(promised)
-    mean_x = sum(promised)
-    var = max(sum((2 * k + 1) * r for k, r in enumerate(promised)) - mean_x ** 2, 0.0)
+    mix = {d: n for d, n in (depth_mix or {positions: drafts}).items() if n > 0} or {positions: drafts}
+    total = sum(mix.values())
+    # accepted drafts X at depth d: E[X] = sum of r_k over k < d, E[X^2] = sum of (2k + 1) r_k over k < d
+    mean_x = sum(n * sum(promised[:d]) for d, n in mix.items()) / total
+    square = sum(n * sum((2 * k + 1) * r for k, r in enumerate(promised[:d])) for d, n in mix.items()) / total
+    expected = 1.0 + mean_x
+    var = max(square - mean_x ** 2, 0.0)
     z_length = _z(expected, mean_accept_length, math.sqrt(var), drafts)
     ratio = mean_accept_length / expected
     rows = []
@@ -60,8 +67,9 @@ def compare(accuracy, drafts: int, per_position_rate: Sequence[Optional[float]],
         served = per_position_rate[k]
         previous = 1.0 if k == 0 else per_position_rate[k - 1]
         served_conditional = (served / previous) if served is not None and previous else None
-        z = None if served is None else _z(r, served, math.sqrt(r * (1 - r)), drafts)
-        below = served is not None and served < TOLERANCE * r and z >= Z and drafts >= MIN_DRAFTS
+        n = drafted[k] if drafted and k < len(drafted) else drafts
+        z = None if served is None or not n else _z(r, served, math.sqrt(r * (1 - r)), n)
+        below = served is not None and z is not None and served < TOLERANCE * r and z >= Z and n >= MIN_DRAFTS
         rows.append({"position": k, "promised_rate": round(r, 6), "served_rate": None if served is None else
                      round(served, 6), "promised_conditional": round(a, 6),
                      "served_conditional": None if served_conditional is None else round(served_conditional, 6),

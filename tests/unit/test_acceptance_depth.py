@@ -68,3 +68,13 @@ def test_series_count_each_depth_and_what_drafted_each_position():
     assert sample(registry, "eagle_probe_spec_draft_depth") == 3
     recorder.flush_metrics()  # nothing new: nothing added
     assert sample(registry, "eagle_probe_spec_depth_drafts_total", depth="3") == 3
+
+
+def test_training_promise_follows_the_depths_served():
+    from eagle_probe.analysis.training_gap import compare
+
+    # a perfect draft served half at depth 1, half at depth 3: 1 + (1 + 3) / 2 = 3.0 tokens a step, all it can give
+    served = compare((1.0,), 200, [1.0, 1.0, 1.0], 3.0, {1: 100, 3: 100}, [200, 100, 100])
+    assert served["promised_mean_accept_length"] == pytest.approx(3.0) and not served["below"]
+    # held against the deepest depth alone it would look a quarter short
+    assert compare((1.0,), 200, [1.0, 1.0, 1.0], 3.0)["below"]

@@ -239,8 +239,9 @@ def training_section(events: list, report: dict, option=None) -> dict:
         acc = rank.get("acceptance")
         if not acc:
             continue
+        mix = {int(d): c["request_steps"] for d, c in (acc.get("per_depth") or {}).items() if d.isdigit()}
         comparison = compare(accuracy, int(acc.get("drafts") or 0), acc.get("per_position_rate") or [],
-                             _mean_length(acc))
+                             _mean_length(acc), mix or None, acc.get("per_position_drafted"))
         if comparison is None:
             continue
         where = f"tp_rank {rank['tp_rank']}" if rank["tp_rank"] is not None else f"pid {rank['pid']}"
