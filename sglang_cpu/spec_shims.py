@@ -1,8 +1,9 @@
 """Test-only shims that let SGLang 0.5.23's EAGLE-3 speculative server run on the CPU.
 
-Scope: greedy sampling, ``--speculative-eagle-topk 1`` (chain drafts), ``--attention-backend
-torch_native``. Never part of the probe. Applied in every SGLang process by
-``sglang_cpu/site/sitecustomize.py`` when ``SGLANG_CPU_SPEC=1`` is in the environment
+Scope: ``--attention-backend torch_native --disable-cuda-graph``, page size 1; chain drafts
+(``--speculative-eagle-topk 1``) and tree drafts (topk > 1, e.g. topk 2 / 3 steps / 4 draft tokens, topk 4 / 3
+steps / 8 draft tokens); greedy and sampled (temperature > 0) verify. Never part of the probe. Applied in every
+SGLang process by ``sglang_cpu/site/sitecustomize.py`` when ``SGLANG_CPU_SPEC=1`` is in the environment
 (``SGLangServer(..., env=SPEC_ENV)`` / ``sglang_cpu.spec_shims.SPEC_ENV``); that variable also
 sets ``TRITON_INTERPRET=1`` before Triton is imported, so every Triton kernel SGLang's
 speculative path launches (request-to-token slots, draft cache locations, tree build, greedy
@@ -25,6 +26,21 @@ What is patched (see shared/notes/sglang-on-cpu.md, "A speculative EAGLE-3 serve
    0.5.8's default worker), whose stale prefix lengths are replaced by seq_lens - extend_seq_lens.
 4. SGLang 0.5.8 only: ``spec_shims_058`` (chain stand-ins for its CUDA-only tree build and greedy verify) and
    the 0.5.8 spelling of the draft backend factory.
+5. Tree drafts (topk > 1): the draft decode step i runs bs * topk query rows; row (b, j) attends the prefix plus
+   branch j's slots ``req_to_token[seq_len + j * num_steps + 0..i]`` (SGLang's own layout and what its GPU draft
+   backends read: ``cache_locs.generate_draft_decode_kv_indices``; the slots hold branch j's tokens of earlier
+   steps, which SGLang does not re-order to the row's tree ancestors). TARGET_VERIFY with ``spec_info.topk > 1``
+   applies the tree mask of ``spec_info.custom_mask`` (FULL_MASK or QLEN_ONLY layout of
+   ``build_tree_kernel_efficient``): each of the n rows attends the prefix, its tree ancestors and itself.
+   DRAFT_EXTEND_V2 after a tree verify stays causal (item 3): ``_finalize_accept_tree_path`` has moved the
+   accepted path to the front of the window. ``cache_locs.assign_extend_cache_locs_func`` returns None on this
+   platform (no CUDA, no CPU engine); the verify window ``req_to_token[seq_len:seq_len + n]`` is gathered in torch
+   instead (a chain verify never calls it: its window comes from the draft's plan).
+6. Sampled verify: ``eagle_utils.tree_speculative_sampling_target_only`` (None off CUDA) becomes the torch rule of
+   ``sglang_cpu.spec_sampling`` (with ``SGLANG_CPU_SPEC_SAMPLING_DUMP=FILE`` also recording each call's tree and
+   probabilities). ``murmur_hash32`` on CPU tensors (seeded coins) runs SGLang's Triton kernel when the CPU
+   engine's op is missing; a server only seeds coins with ``--enable-deterministic-inference``, which 0.5.23
+   refuses for torch_native, so sampled CPU servers use torch.rand coins.
 (``MHATokenToKVPool._init_kv_copy_and_warmup`` is already a no-op through ``shims.apply()``.)
 """
 
@@ -82,6 +98,9 @@ def _patch_torch_native(module):
             or forward_batch.extend_prefix_lens is not None
         ):
             return wrapped(*args, **kwargs)
+        if mode.is_target_verify() and getattr(forward_batch.spec_info, "topk", 1) > 1:
+            bound = dict(zip(("q", "k", "v", "layer", "forward_batch", "save_kv_cache"), args), **kwargs)
+            return _tree_verify_extend(instance, **bound)
         import torch
 
         saved = (forward_batch.seq_lens, forward_batch.extend_prefix_lens, forward_batch.extend_seq_lens)
@@ -96,6 +115,59 @@ def _patch_torch_native(module):
 
     wrapt.wrap_function_wrapper(cls, "forward_extend", forward_extend)
     cls._sglang_cpu_spec_patched = True
+
+
+def _tree_mask(spec_info, seq_lens, n):
+    """(bs, n, n) bool: query node x may attend node y (its tree ancestors and itself), read from the verify
+    input's ``custom_mask`` as ``build_tree_kernel_efficient`` lays it out: QLEN_ONLY, n * n per request; or
+    FULL_MASK, per request n rows of (seq_len + n) columns, the tree part in the last n columns."""
+    import torch
+
+    mask = spec_info.custom_mask.reshape(-1)
+    bs = len(seq_lens)
+    if mask.numel() == bs * n * n:
+        return mask.view(bs, n, n).bool()
+    out, offset = [], 0
+    for seq_len in seq_lens:
+        rows = mask[offset:offset + n * (seq_len + n)].view(n, seq_len + n)
+        out.append(rows[:, seq_len:].bool())
+        offset += n * (seq_len + n)
+    return torch.stack(out)
+
+
+def _tree_verify_extend(backend, q, k, v, layer, forward_batch, save_kv_cache=True, **_unused):
+    """TARGET_VERIFY of a draft tree (topk > 1): each of request b's n query rows attends the committed prefix
+    req_to_token[:seq_len] and, among the n verify slots req_to_token[seq_len:seq_len + n] (the window
+    EagleVerifyInput.generate_attn_arg_prefill hands SGLang's GPU backends), only its tree ancestors and itself."""
+    import torch
+    from torch.nn.functional import scaled_dot_product_attention
+    from sglang.srt.mem_cache.memory_pool import KVWriteLoc
+
+    o = (q.new_empty((q.shape[0], layer.tp_q_head_num * layer.v_head_dim)) if layer.qk_head_dim != layer.v_head_dim
+         else torch.empty_like(q))
+    if save_kv_cache and k is not None and v is not None:
+        backend.token_to_kv_pool.set_kv_buffer(
+            layer, KVWriteLoc(forward_batch.out_cache_loc, backend.swa_out_cache_loc), k, v)
+    q_ = q.view(-1, layer.tp_q_head_num, layer.qk_head_dim)
+    o_ = o.view(-1, layer.tp_q_head_num, layer.v_head_dim)
+    k_cache = backend.token_to_kv_pool.get_key_buffer(layer.layer_id)
+    v_cache = backend.token_to_kv_pool.get_value_buffer(layer.layer_id)
+    req_to_token = backend.req_to_token_pool.req_to_token
+    seq_lens = forward_batch.seq_lens.tolist()
+    pools = forward_batch.req_pool_indices.tolist()
+    n = q_.shape[0] // max(len(seq_lens), 1)
+    tree = _tree_mask(forward_batch.spec_info, seq_lens, n)
+    for b, (pool, seq_len) in enumerate(zip(pools, seq_lens)):
+        slots = req_to_token[pool, :seq_len + n]
+        query = q_[b * n:(b + 1) * n].movedim(0, 1)  # heads, n, dim
+        key = k_cache[slots].movedim(0, 1).to(query.dtype)
+        value = v_cache[slots].movedim(0, 1).to(query.dtype)
+        allowed = torch.cat([torch.ones((n, seq_len), dtype=torch.bool, device=query.device), tree[b]], dim=1)
+        out = scaled_dot_product_attention(query.unsqueeze(0), key.unsqueeze(0), value.unsqueeze(0),
+                                           attn_mask=allowed, scale=layer.scaling,
+                                           enable_gqa=layer.tp_q_head_num != layer.tp_k_head_num)
+        o_[b * n:(b + 1) * n] = out.squeeze(0).movedim(0, 1)
+    return o
 
 
 def _draft_step_backend(base_cls, step):
@@ -114,19 +186,79 @@ def _draft_step_backend(base_cls, step):
     return _DraftStepBackend
 
 
+def _tree_draft_step_backend(base_cls, step, topk, num_steps):
+    class _TreeDraftStepBackend(base_cls):
+        # Draft decode step `step` (0-based) of a tree (topk > 1): bs * topk query rows, row b * topk + j
+        # attends request b's committed prefix req_to_token[:seq_len] plus its branch j's draft slots
+        # req_to_token[seq_len + j * num_steps + 0..step], the layout SGLang's draft planner writes and its
+        # GPU draft backends read (kernels/ops/speculative/cache_locs.generate_draft_decode_kv_indices, page 1).
+        def forward_decode(self, q, k, v, layer, forward_batch, save_kv_cache=True):
+            return _tree_draft_decode(self, q, k, v, layer, forward_batch, save_kv_cache, step, topk, num_steps)
+
+    _TreeDraftStepBackend.__name__ = f"TorchNativeTreeDraftStep{step}Backend"
+    return _TreeDraftStepBackend
+
+
+def _tree_draft_decode(backend, q, k, v, layer, forward_batch, save_kv_cache, step, topk, num_steps):
+    import torch
+    from sglang.srt.mem_cache.memory_pool import KVWriteLoc
+
+    q = q.reshape(-1, layer.tp_q_head_num * layer.qk_head_dim)
+    o = (q.new_empty((q.shape[0], layer.tp_q_head_num * layer.v_head_dim)) if layer.qk_head_dim != layer.v_head_dim
+         else torch.empty_like(q))
+    if save_kv_cache and k is not None and v is not None:
+        backend.token_to_kv_pool.set_kv_buffer(
+            layer, KVWriteLoc(forward_batch.out_cache_loc, backend.swa_out_cache_loc), k, v)
+    req_to_token = backend.req_to_token_pool.req_to_token
+    seq_lens = forward_batch.seq_lens.tolist()
+    pools = forward_batch.req_pool_indices.tolist()
+    own = torch.arange(step + 1, device=req_to_token.device)
+    # One row per query: the slots it reads, padded; the stock per-row SDPA loop does the rest.
+    width = max(seq_lens) + step + 1
+    table = torch.zeros((len(seq_lens) * topk, width), dtype=req_to_token.dtype, device=req_to_token.device)
+    for b, (pool, seq_len) in enumerate(zip(pools, seq_lens)):
+        for j in range(topk):
+            row = table[b * topk + j]
+            row[:seq_len] = req_to_token[pool, :seq_len]
+            row[seq_len:seq_len + step + 1] = req_to_token[pool, seq_len + j * num_steps + own]
+    lens = torch.tensor(seq_lens, device=table.device).repeat_interleave(topk) + step + 1
+    backend._run_sdpa_forward_decode(
+        q.view(-1, layer.tp_q_head_num, layer.qk_head_dim),
+        o.view(-1, layer.tp_q_head_num, layer.v_head_dim),
+        backend.token_to_kv_pool.get_key_buffer(layer.layer_id),
+        backend.token_to_kv_pool.get_value_buffer(layer.layer_id),
+        table,
+        torch.arange(table.shape[0], device=table.device),
+        lens,
+        None,
+        scaling=layer.scaling,
+        enable_gqa=layer.tp_q_head_num != layer.tp_k_head_num,
+        causal=False,
+    )
+    return o
+
+
 class TorchNativeMultiStepDraftBackend:
-    """``speculative_num_steps - 1`` torch_native backends, one per draft decode step (chain only)."""
+    """``speculative_num_steps - 1`` torch_native backends, one per draft decode step.
+
+    topk 1 (chain): step i attends the prefix plus draft tokens 0..i (contiguous after the prefix).
+    topk > 1 (tree): step i has bs * topk query rows; row (b, j) attends the prefix plus branch j's slots
+    ``seq_len + j * num_steps + 0..i`` (see ``_tree_draft_step_backend``)."""
 
     def __init__(self, model_runner, topk: int, speculative_num_steps: int):
         from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend
 
-        if topk != 1:
-            raise ValueError("CPU spec shims: torch_native draft decode supports --speculative-eagle-topk 1 only")
         self.topk = topk
         self.speculative_num_steps = speculative_num_steps
-        self.attn_backends = [
-            _draft_step_backend(TorchNativeAttnBackend, i)(model_runner) for i in range(speculative_num_steps - 1)
-        ]
+        if topk == 1:
+            self.attn_backends = [
+                _draft_step_backend(TorchNativeAttnBackend, i)(model_runner) for i in range(speculative_num_steps - 1)
+            ]
+        else:
+            self.attn_backends = [
+                _tree_draft_step_backend(TorchNativeAttnBackend, i, topk, speculative_num_steps)(model_runner)
+                for i in range(speculative_num_steps - 1)
+            ]
 
     def init_forward_metadata(self, forward_batch):
         for backend in self.attn_backends:
@@ -197,6 +329,66 @@ def _route_spec_tree_to_triton(module):
     module._is_xpu = True
 
 
+def _assign_extend_cache_locs(wrapped, instance, args, kwargs):
+    # The verify window's slots req_to_token[start:end] per request, concatenated. SGLang has a Triton kernel
+    # for CUDA/HIP/MUSA/XPU and a CPU op for its CPU engine and returns None on any other platform; a chain
+    # verify never gets here (its window comes from the draft's plan), a tree verify (topk > 1) does.
+    out = wrapped(*args, **kwargs)
+    if out is not None:
+        return out
+    import torch
+
+    names = ("req_pool_indices", "req_to_token", "start_offset", "end_offset", "batch_size", "draft_token_num")
+    bound = dict(zip(names, args), **kwargs)
+    req_to_token = bound["req_to_token"]
+    rows = [req_to_token[pool, start:end] for pool, start, end in
+            zip(bound["req_pool_indices"].tolist(), bound["start_offset"].tolist(), bound["end_offset"].tolist())]
+    return torch.cat(rows).to(torch.int64) if rows else torch.empty((0,), dtype=torch.int64)
+
+
+def _patch_cache_locs(module):
+    if not getattr(module, "_sglang_cpu_spec_patched", False):
+        wrapt.wrap_function_wrapper(module, "assign_extend_cache_locs_func", _assign_extend_cache_locs)
+        module._sglang_cpu_spec_patched = True
+
+
+def _murmur_hash32(wrapped, instance, args, kwargs):
+    # Seeded verify coins (sampling_seed, with --enable-deterministic-inference): on CPU tensors SGLang calls its
+    # CPU engine's op (sgl_kernel, not installed here); run its Triton kernel instead, through the interpreter.
+    seed, positions, cols = (list(args) + [kwargs.get(k) for k in ("seed", "positions", "col_indices")][len(args):])
+    if seed.device.type != "cpu":
+        return wrapped(*args, **kwargs)
+    try:
+        import sgl_kernel  # noqa: F401
+    except ImportError:
+        import torch
+        import triton
+
+        module = inspect.getmodule(wrapped)
+        n, m = seed.shape[0], cols.shape[0]
+        hashed = torch.empty((n, m), dtype=torch.uint32)
+        block = 1024
+        module.murmur_hash32_kernel[(n, triton.cdiv(m, block))](seed, positions, cols, hashed, n, m, BLOCK_SIZE=block)
+        return hashed
+    return wrapped(*args, **kwargs)
+
+
+def _patch_murmur_hash(module):
+    if hasattr(module, "murmur_hash32_kernel") and not getattr(module, "_sglang_cpu_spec_patched", False):
+        wrapt.wrap_function_wrapper(module, "murmur_hash32", _murmur_hash32)
+        module._sglang_cpu_spec_patched = True
+
+
+def _install_tree_sampling(module):
+    # eagle_sample's sampled (temperature > 0) verify calls this name; None off CUDA.
+    if getattr(module, "tree_speculative_sampling_target_only", None) is None:
+        from sglang_cpu import spec_sampling
+
+        fn = spec_sampling.tree_speculative_sampling_target_only
+        dump = os.environ.get(spec_sampling.DUMP_ENV, "")
+        module.tree_speculative_sampling_target_only = spec_sampling.recording(fn, dump) if dump else fn
+
+
 def apply() -> None:
     """Install the post-import hooks (idempotent). Call before SGLang is imported."""
     global _applied
@@ -206,6 +398,9 @@ def apply() -> None:
     wrapt.register_post_import_hook(_patch_torch_native, "sglang.srt.layers.attention.torch_native_backend")
     wrapt.register_post_import_hook(_patch_draft_backend_factory, "sglang.srt.speculative.draft_utils")
     wrapt.register_post_import_hook(_route_spec_tree_to_triton, "sglang.kernels.ops.speculative.spec_tree")
+    wrapt.register_post_import_hook(_install_tree_sampling, "sglang.srt.speculative.eagle_utils")
+    wrapt.register_post_import_hook(_patch_cache_locs, "sglang.kernels.ops.speculative.cache_locs")
+    wrapt.register_post_import_hook(_patch_murmur_hash, "sglang.kernels.ops.sampling.murmur_hash")
     from sglang_cpu.shims import installed_sglang
 
     if installed_sglang().startswith("0.5.8"):
