@@ -12,7 +12,8 @@ runs every expression below against a real Prometheus scraping a real SGLang ser
 Conventions: every panel query filters on the dashboard variables `$instance`, `$node_rank` and `$tp_rank` (and
 `$role` where the metric has a role label); rates use `$__rate_interval`. Acceptance follows vLLM's definitions: mean
 acceptance length = 1 + rate(accepted tokens) / rate(drafts); acceptance rate at draft position k = rate(accepted at
-k) / rate(drafts).
+k) / rate(request-steps whose draft reached k) (eagle_probe_spec_drafted_tokens_per_pos_total: with a depth that
+changes at run time, --speculative-adaptive, the drafts that reached k are fewer than all drafts).
 """
 
 import json
@@ -107,11 +108,13 @@ def with_panels(board):
                "sglang {{instance}} tp{{tp_rank}}", "B")], unit="none"))
     board = board.with_panel(timeseries_panel(
         2, "Acceptance rate per draft position",
-        "Fraction of drafts whose token at 0-based draft position k was accepted: rate(accepted at k) / rate(drafts). "
-        "Position 0 near chance with later positions near 0 is the signature of a draft fed the wrong layers.",
-        [query(f"sum by ({RANK}, position) (rate(eagle_probe_spec_accepted_tokens_per_pos_total{{{SEL}}}[{RI}]))"
-               f" / on ({RANK}) group_left sum by ({RANK}) (rate(eagle_probe_spec_drafts_total{{{SEL}}}[{RI}]))",
-               "position {{position}} {{instance}} tp{{tp_rank}}")], unit="percentunit", soft_range=(0, 1)))
+        "Fraction of the drafts that reached 0-based draft position k whose token there was accepted: rate(accepted "
+        "at k) / rate(request-steps whose draft reached k), so that it holds when the draft depth changes at run "
+        "time (--speculative-adaptive: a step at depth d drafts positions 0..d-1 only). A tree draft (topk > 1) "
+        "counts positions along its accepted path. Position 0 near chance with later positions near 0 is the "
+        "signature of a draft fed the wrong layers.",
+        [query(per_position_rate(SEL, RANK), "position {{position}} {{instance}} tp{{tp_rank}}")],
+        unit="percentunit", soft_range=(0, 1)))
     board = board.with_panel(
         bargauge.Panel().id(3).title("Distribution of accepted lengths").description(
             "Accepted draft tokens per request and verify step (bonus excluded) over the dashboard's time range, "
@@ -130,6 +133,7 @@ def with_panels(board):
          query(f"sum by ({RANK}) (rate(eagle_probe_spec_verify_steps_total{{{SEL}}}[{RI}]))",
                "verify steps {{instance}} tp{{tp_rank}}", "B")], unit="ops"))
 
+    board = with_depth_panels(board)
     board = with_slice_panels(board)
     board = with_vocabulary_panels(board)
 
@@ -211,10 +215,51 @@ def with_panels(board):
                instant=True, fmt=PromQueryFormat.TABLE)], width=24, height=6, hidden=("Time", "Value")))
 
 
+def per_position_rate(sel, by):
+    """Acceptance rate at each draft position: rate(accepted at k) / rate(request-steps whose draft reached k),
+    positions no draft reached in the window left out."""
+    accepted = f"rate(eagle_probe_spec_accepted_tokens_per_pos_total{{{sel}}}[{RI}])"
+    drafted = f"rate(eagle_probe_spec_drafted_tokens_per_pos_total{{{sel}}}[{RI}])"
+    return (f"sum by ({by}, position) ({accepted})"
+            f" / on ({by}, position) (sum by ({by}, position) ({drafted}) > 0)")
+
+
+def with_depth_panels(board):
+    """The draft depth each verify step ran at (adaptive depth changes it; a tree's depth is its draft steps)."""
+    steps = f"rate(eagle_probe_spec_depth_verify_steps_total{{{SEL}}}[{RI}])"
+    drafts = f"rate(eagle_probe_spec_depth_drafts_total{{{SEL}}}[{RI}])"
+    accepted = f"rate(eagle_probe_spec_depth_accepted_tokens_total{{{SEL}}}[{RI}])"
+    board = board.with_row(Row("Draft depth").id(106))
+    board = board.with_panel(timeseries_panel(
+        20, "Draft depth in use",
+        "Share of verify steps at each draft depth (speculative steps the step ran: fixed without "
+        "--speculative-adaptive; SGLang's adaptive policy picks one of its candidate steps per batch size from the "
+        "accepted length), per instance (its TP ranks verify the same steps). Depth 0 is a verify of width 1 (no "
+        "drafts). "
+        "SGLang turns adaptive depth off silently (topk > 1, DP attention, two-batch overlap, pdmux, multi-layer "
+        "EAGLE): one depth only then. `eagle-probe summarize` prints the same as `draft depth in use`.",
+        [query(f"sum by (instance, depth) ({steps}) / on (instance) group_left () (sum by (instance) ({steps}) > 0)",
+               "depth {{depth}} {{instance}}")],
+        unit="percentunit", stack=True, soft_range=(0, 1)))
+    board = board.with_panel(timeseries_panel(
+        21, "Mean acceptance length per draft depth",
+        "Tokens per request and verify step at each draft depth, bonus token included: 1 + rate(accepted drafts at "
+        "depth d) / rate(request-steps at depth d), per instance; the current depth (eagle_probe_spec_draft_depth: "
+        "the depth of the last verify step counted, per rank) beside it. Deeper steps that accept no more than "
+        "shallow ones cost verify width for nothing.",
+        [query(f"1 + sum by (instance, depth) ({accepted}) / (sum by (instance, depth) ({drafts}) > 0)",
+               "depth {{depth}} {{instance}}", "A"),
+         query(f"max by ({RANK}) (eagle_probe_spec_draft_depth{{{SEL}}})",
+               "current depth {{instance}} tp{{tp_rank}}", "B")], unit="none"))
+    return board
+
+
 def slice_rate_query(dimension):
     """Per-position acceptance rate in each slice of one dimension: rate(accepted at k in the slice) / rate(drafts in
     the slice), slices that saw no drafts in the window left out (their series exist at zero from the first flush).
-    Summed over an instance's tp ranks: they verify the same steps, so numerator and denominator scale alike."""
+    The slice series carry no drafted-per-position counter: under a depth that changes at run time, positions past
+    the shallowest depth in use read low here (the panel's description says so; summarize divides by drafted). Summed
+    over an instance's tp ranks: they verify the same steps, so numerator and denominator scale alike."""
     by = "instance, bucket"
     sel = f'{SEL}, dimension="{dimension}"'
     accepted = f"rate(eagle_probe_spec_slice_accepted_tokens_per_pos_total{{{sel}}}[{RI}])"
@@ -230,7 +275,9 @@ def with_slice_panels(board):
         "Per-position acceptance rate of the request-steps whose chain starts at a sequence position (prompt + "
         "generated tokens) in each log2 bucket (0-63, 64-127, ...), from eagle_probe_spec_slice_* counters. "
         "Acceptance that falls as sequences grow points at a RoPE scaling or max_position_embeddings mismatch "
-        "between draft and target, or a draft trained on shorter sequences.",
+        "between draft and target, or a draft trained on shorter sequences. Divided by all the slice's request-steps: "
+        "with adaptive depth, positions past the shallowest depth in use read low (see 'Acceptance rate per draft "
+        "position' and 'Draft depth in use').",
         [slice_rate_query("position")], unit="percentunit", soft_range=(0, 1)))
     board = board.with_panel(timeseries_panel(
         16, "Acceptance rate per draft position by $slice",
@@ -334,9 +381,10 @@ def in_tp_group(metric):
 def alerts():
     """[(name, expr, for, severity, summary, description, signal)]; `signal` is the expression without its
     threshold (what the tests require to return data from a real run)."""
-    drafts = "sum by (instance, tp_rank) (rate(eagle_probe_spec_drafts_total[5m]))"
+    # position 0's rate over the request-steps that drafted position 0 (depth-0 steps of adaptive depth draft none)
+    drafts = 'sum by (instance, tp_rank) (rate(eagle_probe_spec_drafted_tokens_per_pos_total{position="0"}[5m]))'
     pos0 = ('sum by (instance, tp_rank) (rate(eagle_probe_spec_accepted_tokens_per_pos_total{position="0"}[5m]))'
-            f" / {drafts}")
+            f"\n/ {drafts}")
     codes = "|".join(MISMATCH_CODES)
     mismatch = f'sum by (instance, tp_rank, role, code) (eagle_probe_findings_total{{code=~"{codes}"}})'
     lost = "sum by (instance, tp_rank, role, mode) (eagle_probe_captures_lost_total)"

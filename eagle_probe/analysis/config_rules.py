@@ -329,3 +329,235 @@ def fix_for(target: TargetSpec, rules: VersionRules, launch: LaunchSpec, trained
     return {"ids": None if ids is None else list(ids), "impossible": why or None, "notes": notes,
             "trained_hf": list(trained_hf),
             "labels": [capture_label(i, n, target.final_capturable) for i in trained_hf]}
+
+
+# -- shapes of speculation (adaptive depth, tree drafts) ---------------------------------------------------------
+# SGLang 0.5.23's facts (notes/speculation-shapes-and-cost.md): speculative/adaptive_spec_params.py
+# (DEFAULT_ADAPTIVE_CONFIG, adaptive_unsupported_reason), arg_groups/speculative_hook.py (_maybe_disable_adaptive,
+# _init_adaptive_speculative_params, _handle_eagle_family), speculative/eagle_utils.py (organize_draft_results).
+
+ADAPTIVE_DEFAULT_CANDIDATES = {1: (1, 3, 5, 7), 8: (0, 1, 3), 32: (0, 1), 64: (0,)}  # batch size from -> steps
+ADAPTIVE_SINCE = (0, 5, 23)  # the first release of the table with --speculative-adaptive (not proven earlier)
+# What the probe reads of every v2 verify step, whatever its shape (runtime/integrations/acceptance.py _step_shape).
+READS_DEPTH = "per-step depth from GenerationBatchResult.accept_index's shape [requests, spec_steps + 1]"
+READS_PROPOSED = "proposed drafts per request from speculative_num_draft_tokens - 1"
+
+
+def speculation_shapes() -> List[dict]:
+    """The shapes of speculation SGLang 0.5.23 serves an EAGLE-3 draft with, what each needs and what the probe reads
+    of each step (one list for `compat` and `doctor`)."""
+    return [
+        {"shape": "chain", "flags": "--speculative-eagle-topk 1 --speculative-num-steps N",
+         "needs": "EAGLE/EAGLE3; num_draft_tokens is set to N + 1 by SGLang",
+         "depth": "fixed: N",
+         "probe_reads": [READS_DEPTH, READS_PROPOSED + " (= N)"],
+         "probe_shows": "positions 0..N-1; accept rate = accepted / (N x request-steps)"},
+        {"shape": "adaptive depth", "flags": "--speculative-adaptive [--speculative-adaptive-config FILE]",
+         "needs": "EAGLE/EAGLE3, topk 1, no DP attention, no two-batch overlap, no pdmux, no multi-layer EAGLE "
+                  "(else SGLang turns it off silently in _maybe_disable_adaptive: a fixed depth); --speculative-"
+                  "num-steps among the candidate steps (default per batch size: "
+                  + ", ".join(f">= {bs}: {list(c)}" for bs, c in ADAPTIVE_DEFAULT_CANDIDATES.items()) + ")",
+         "depth": "changes per batch: one of the candidate steps; 0 is a verify of width 1 with no drafts",
+         "probe_reads": [READS_DEPTH + ", so each step is counted at its own depth", READS_PROPOSED],
+         "probe_shows": "draft depth in use (summarize; the dashboard's 'Draft depth in use' panel); per-position "
+                        "rates over the request-steps that drafted each position"},
+        {"shape": "tree", "flags": "--speculative-eagle-topk K>1 --speculative-num-steps N "
+                                   "--speculative-num-draft-tokens T",
+         "needs": "the V2 worker (the V1 workers are gone); N + 1 < T <= 1 + K + (N - 1) x K^2 (SGLang picks T - 1 "
+                  "nodes among the candidates); page size > 1 only with flashinfer, fa3 or triton attention; not "
+                  "with --speculative-use-rejection-sampling or adaptive depth",
+         "depth": "fixed: N (the accepted path's length is at most N)",
+         "probe_reads": [READS_DEPTH, READS_PROPOSED + " (= T - 1: the tree's nodes after its root)"],
+         "probe_shows": "positions are depths along the accepted path; accept rate = accepted / proposed (T - 1 "
+                        "per request-step, SGLang's #23530 definition), lower than the per-position rates"},
+    ]
+
+
+@dataclass(frozen=True)
+class SpeculationSpec:
+    """The launch's speculation flags (None: not given; SGLang picks)."""
+    algorithm: str = EAGLE3
+    adaptive: bool = False
+    adaptive_config: Optional[str] = None  # --speculative-adaptive-config (not read: its candidate steps unknown)
+    topk: Optional[int] = None
+    num_steps: Optional[int] = None
+    num_draft_tokens: Optional[int] = None
+    dp_attention: bool = False  # --attn-dp-size > 1, or the deprecated --enable-dp-attention
+    tbo: bool = False
+    pdmux: bool = False
+    multi_layer_eagle: bool = False
+
+
+# doctor's options for the launch's speculation flags, spelled as SGLang spells them (argparse keyword arguments)
+SPECULATION_FLAGS = (
+    ("--speculative-adaptive", dict(action="store_true", help="adaptive draft depth (EAGLE/EAGLE3, topk 1; SGLang "
+                                    "turns it off with DP attention, two-batch overlap, pdmux or multi-layer EAGLE)")),
+    ("--speculative-adaptive-config", dict(metavar="FILE", help="the adaptive config file (its candidate steps are "
+                                           "not read)")),
+    ("--speculative-eagle-topk", dict(type=int, metavar="K", help="topk; > 1 drafts a tree")),
+    ("--speculative-num-steps", dict(type=int, metavar="N", help="draft steps (the depth)")),
+    ("--speculative-num-draft-tokens", dict(type=int, metavar="T", help="verify width per request (proposed drafts "
+                                            "= T - 1)")),
+    ("--attn-dp-size", dict(type=int, metavar="N", help="attention data-parallel size (> 1: DP attention)")),
+    ("--enable-dp-attention", dict(action="store_true", help="DP attention (the deprecated spelling)")),
+    ("--enable-pdmux", dict(action="store_true", help="the server runs with --enable-pdmux")),
+    ("--enable-multi-layer-eagle", dict(action="store_true", help="the server runs with --enable-multi-layer-eagle")),
+)
+_MINIMUM = {"topk": ("--speculative-eagle-topk", 1), "num_steps": ("--speculative-num-steps", 0),
+            "num_draft_tokens": ("--speculative-num-draft-tokens", 1)}
+
+
+def speculation_from_flags(flags: dict) -> "SpeculationSpec":
+    """SPECULATION_FLAGS' values (argparse's dests) as a SpeculationSpec."""
+    return SpeculationSpec(
+        adaptive=bool(flags.get("speculative_adaptive")), adaptive_config=flags.get("speculative_adaptive_config"),
+        topk=flags.get("speculative_eagle_topk"), num_steps=flags.get("speculative_num_steps"),
+        num_draft_tokens=flags.get("speculative_num_draft_tokens"),
+        dp_attention=bool(flags.get("enable_dp_attention")) or (flags.get("attn_dp_size") or 1) > 1,
+        pdmux=bool(flags.get("enable_pdmux")), multi_layer_eagle=bool(flags.get("enable_multi_layer_eagle")))
+
+
+def checked_speculation(spec: "SpeculationSpec", algorithm: str, tbo: bool, error=ValueError) -> "SpeculationSpec":
+    """The flags with the launch's algorithm and TBO; `error` naming the flag for a value SGLang cannot take."""
+    for name, (flag, minimum) in _MINIMUM.items():
+        value = getattr(spec, name)
+        if value is not None and value < minimum:
+            raise error(f"{flag} {value}: must be >= {minimum}")
+    return replace(spec, algorithm=algorithm, tbo=tbo or spec.tbo)
+
+
+def add_speculation_options(parser) -> None:
+    """doctor's options for the launch's speculation flags (an argparse parser)."""
+    group = parser.add_argument_group("shape of speculation (SGLang's own flags; what each needs, what the probe "
+                                      "sees)")
+    for flag, kwargs in SPECULATION_FLAGS:
+        group.add_argument(flag, **kwargs)
+
+
+def speculation_for(flags: dict, algorithm: str, tbo: bool, release, error=ValueError) -> dict:
+    """speculation_report for doctor's parsed options (SPECULATION_FLAGS' dests), its algorithm and TBO."""
+    return speculation_report(checked_speculation(speculation_from_flags(flags), algorithm, tbo, error), release)
+
+
+def result_line(errors: int, warnings: int, shape: Optional[dict]) -> str:
+    """doctor's last line: its findings' errors and warnings and the speculation report's."""
+    shape = shape or {}
+    return (f"result: {errors + len(shape.get('errors', ()))} error(s), "
+            f"{warnings + len(shape.get('warnings', ()))} warning(s)")
+
+
+def render_speculation(shape: Optional[dict]) -> List[str]:
+    """speculation_report's result as doctor's text lines."""
+    if not shape:
+        return []
+    depth = "changes per batch" if shape["adaptive"] else (shape["num_steps"] if shape["num_steps"] is not None
+                                                           else "SGLang's choice")
+    out = [f"speculation: {shape['shape']}, topk {shape['topk'] or 'auto'}, depth {depth}, "
+           f"draft tokens {shape['num_draft_tokens'] or 'auto'}"
+           + (f" ({shape['proposed_per_request']} proposed per request-step)"
+              if shape["proposed_per_request"] is not None else "")]
+    out += [f"  ERROR {e}" for e in shape["errors"]]
+    out += [f"  WARNING {w}" for w in shape["warnings"]]
+    return out + [f"  probe: {p}" for p in shape["probe"]]
+
+
+def adaptive_off_reasons(spec: SpeculationSpec) -> List[str]:
+    """Why SGLang 0.5.23 switches --speculative-adaptive off (adaptive_unsupported_reason returns the first)."""
+    reasons = []
+    if spec.algorithm not in (EAGLE, EAGLE3):
+        reasons.append(f"--speculative-algorithm {spec.algorithm} (only EAGLE/EAGLE3)")
+    if spec.topk is not None and spec.topk != 1:
+        reasons.append(f"--speculative-eagle-topk {spec.topk} (only topk 1)")
+    if spec.dp_attention:
+        reasons.append("DP attention (adaptive decisions are not synchronised across DP ranks)")
+    if spec.multi_layer_eagle:
+        reasons.append("--enable-multi-layer-eagle (MultiLayerEagleWorkerV2 has no adaptive)")
+    if spec.tbo:
+        reasons.append("--enable-two-batch-overlap (the adaptive state swap drops the TBO attention wrapper)")
+    if spec.pdmux:
+        reasons.append("--enable-pdmux (the adaptive state swap does not update the decode attention group)")
+    return reasons
+
+
+def speculation_report(spec: SpeculationSpec, release: Optional[Tuple[int, ...]] = None) -> dict:
+    """What the launch's shape of speculation needs and what the probe sees under it: {shape, depth, adaptive,
+    adaptive_off, topk, num_steps, num_draft_tokens, proposed, warnings, errors, probe}. Warnings: SGLang changes
+    or refuses what was asked; errors: SGLang refuses to start."""
+    warnings, errors, probe = [], [], []
+    topk = spec.topk
+    adaptive = spec.adaptive
+    off = adaptive_off_reasons(spec) if adaptive else []
+    if adaptive and release is not None and tuple(release[:3]) < ADAPTIVE_SINCE:
+        warnings.append(f"--speculative-adaptive: not checked for this release (the table starts at "
+                        f"{'.'.join(map(str, ADAPTIVE_SINCE))})")
+    if off:
+        warnings.append("--speculative-adaptive is turned off by SGLang (_maybe_disable_adaptive logs "
+                        "'speculative_adaptive disabled' and falls back to static speculative params): "
+                        + "; ".join(off) + ". The probe will see one fixed depth"
+                        + (f" ({spec.num_steps})" if spec.num_steps is not None else "") + ", not an adaptive one")
+        adaptive = False
+    steps = spec.num_steps
+    candidates = sorted({s for c in ADAPTIVE_DEFAULT_CANDIDATES.values() for s in c})
+    if adaptive:
+        topk = 1 if topk is None else topk
+        if steps is None:
+            if spec.adaptive_config is None:
+                steps = candidates[len(candidates) // 2]
+        elif spec.adaptive_config is None and steps not in candidates:
+            errors.append(f"--speculative-num-steps {steps} is not among the adaptive candidate steps {candidates} "
+                          f"(SGLang 0.5.23 raises at launch: 'is not in the adaptive config candidate_steps')")
+        if spec.num_draft_tokens is not None and steps is not None and spec.num_draft_tokens != steps + 1:
+            warnings.append(f"--speculative-num-draft-tokens {spec.num_draft_tokens}: adaptive depth sets it to "
+                            f"num steps + 1 = {steps + 1}")
+        probe.append("adaptive depth: SGLang picks each batch's speculative steps among "
+                     + (f"the candidate steps of {spec.adaptive_config}" if spec.adaptive_config else
+                        "the default candidate steps (" + ", ".join(
+                            f"batch >= {bs}: {list(c)}" for bs, c in ADAPTIVE_DEFAULT_CANDIDATES.items()) + ")")
+                     + "; the probe counts each verify step at its own draft depth (" + READS_DEPTH + "), and shows "
+                     "`draft depth in use` in summarize and the dashboard's 'Draft depth in use' panel; per-position "
+                     "acceptance is over the request-steps that drafted each position (depth-0 steps draft none)")
+    draft_tokens = spec.num_draft_tokens
+    if topk is not None and topk > 1:
+        shape = "tree"
+        if steps is not None and draft_tokens is not None:
+            most = 1 + topk + (steps - 1) * topk * topk
+            if draft_tokens > most:
+                errors.append(f"--speculative-num-draft-tokens {draft_tokens} is more than a tree of topk {topk} "
+                              f"and {steps} steps holds (1 + {topk} + {steps - 1} x {topk}^2 = {most}): SGLang's "
+                              "organize_draft_results cannot pick that many nodes (torch.topk fails at the first "
+                              "decode)")
+            elif draft_tokens <= steps:
+                warnings.append(f"--speculative-num-draft-tokens {draft_tokens} <= --speculative-num-steps {steps}: "
+                                f"the tree's {draft_tokens - 1} nodes cannot reach depth {steps}, so the deepest "
+                                "positions are never drafted (give more than num steps + 1 tokens)")
+            elif draft_tokens == steps + 1:
+                warnings.append(f"--speculative-num-draft-tokens {draft_tokens} = num steps + 1 with topk {topk}: a "
+                                "tree no wider than a chain (more tokens use the topk)")
+        probe.append(f"tree drafts (topk {topk}): the worker is the V2 one; depth = num steps"
+                     + (f" ({steps})" if steps is not None else "")
+                     + ", and the probe's positions are depths along the accepted path (SGLang's "
+                     "spec_correct_drafts_histogram counts the same)")
+        proposed = None if draft_tokens is None else draft_tokens - 1
+        probe.append("accept rate = accepted / proposed drafts ("
+                     + (f"{proposed}" if proposed is not None else "num draft tokens - 1")
+                     + " per request-step, a tree's nodes after its root; SGLang's accept rate, #23530), lower than "
+                     "the per-position rates, which divide by the request-steps that drafted each depth")
+    else:
+        shape = "adaptive depth" if adaptive else "chain"
+        if topk == 1 and steps is not None and draft_tokens is not None and draft_tokens != steps + 1 \
+                and not adaptive:
+            warnings.append(f"--speculative-num-draft-tokens {draft_tokens} with topk 1: SGLang sets it to num steps "
+                            f"+ 1 = {steps + 1}")
+        if steps is not None:
+            draft_tokens = steps + 1
+        proposed = None if steps is None else steps
+        if not adaptive:
+            probe.append("fixed depth" + (f" {steps}" if steps is not None else "") + ": every verify step is counted "
+                         "at it; accept rate = accepted / proposed (num steps per request-step)")
+    if spec.num_steps is None and not adaptive:
+        probe.append("no --speculative-num-steps: SGLang chooses steps, topk and draft tokens by the target's "
+                     "architecture (_auto_choose_speculative_params; a tree for some); the probe reads the shape each "
+                     "step ran, whatever was chosen")
+    return {"shape": shape, "adaptive_requested": spec.adaptive, "adaptive": adaptive, "adaptive_off": off,
+            "topk": topk, "num_steps": steps, "num_draft_tokens": draft_tokens, "proposed_per_request": proposed,
+            "warnings": warnings, "errors": errors, "probe": probe}

@@ -7,6 +7,7 @@ import importlib
 import sys
 
 from .. import families, versions
+from ..analysis.config_rules import ADAPTIVE_SINCE, speculation_shapes
 from ..runtime.install import off_summary
 
 
@@ -79,6 +80,7 @@ def compat_report(import_modules: bool = True, source_check: bool = False) -> di
         "rules": rules.as_dict(),
         "families": families.table(parsed),
         "untabled": dict(families.UNTABLED),
+        "speculation_shapes": shapes_for(parsed),
         "targets": [],
     }
     if sglang_version is None:
@@ -100,6 +102,27 @@ def compat_report(import_modules: bool = True, source_check: bool = False) -> di
         report["source_check"] = None if result is None else {
             "claims": result.checked, "broken": [{"claim": c, "problem": p} for c, p in result.failures]}
     return report
+
+
+def shapes_for(parsed) -> list:
+    """The shapes of speculation the release serves and what the probe reads for each
+    (analysis.config_rules.speculation_shapes: 0.5.23's facts, read from its wheel); none for another release."""
+    if parsed is None or tuple(parsed[:3]) != ADAPTIVE_SINCE:
+        return []
+    return speculation_shapes()
+
+
+def render_shapes(report: dict) -> list:
+    shapes = report.get("speculation_shapes") or []
+    if not shapes:
+        return ["shapes of speculation: not tabled for this release (the table holds SGLang 0.5.23's)"]
+    lines = ["shapes of speculation (what each needs; what the probe reads of each verify step):"]
+    for s in shapes:
+        lines.append(f"  {s['shape']}: {s['flags']}; depth {s['depth']}")
+        lines.append(f"    needs: {s['needs']}")
+        lines += [f"    probe reads: {r}" for r in s["probe_reads"]]
+        lines.append(f"    probe shows: {s['probe_shows']}")
+    return lines
 
 
 def render(report: dict) -> str:
@@ -126,6 +149,7 @@ def render(report: dict) -> str:
         lines.append(f"  acceptance [{hook['worker']} worker, {hook['when']}]: {hook['target']} -> {hook['read']} "
                      f"({'includes' if hook['includes_bonus'] else 'excludes'} the bonus token)")
     lines += render_families(report)
+    lines += render_shapes(report)
     if report["targets"]:
         lines.append("integrations:")
         width = max(len(t["integration"]) for t in report["targets"])

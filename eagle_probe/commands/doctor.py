@@ -10,8 +10,9 @@ import os
 import sys
 from typing import List, Optional, Tuple
 
-from ..analysis.config_rules import (EAGLE, EAGLE3, DraftSpec, LaunchSpec, TargetSpec, config_findings,
-                                    fix_for, predict)
+from ..analysis.config_rules import (EAGLE, EAGLE3, DraftSpec, LaunchSpec, TargetSpec, add_speculation_options,
+                                    config_findings, fix_for, predict, render_speculation, result_line,
+                                    speculation_for)
 from ..analysis.findings import ERROR
 from ..analysis import draft_config_keys, draft_ids, layers
 from ..analysis.layers import TRAINED_LAYERS_HELP, capture_label
@@ -31,8 +32,6 @@ class DoctorInputError(Exception):
 
 
 # -- reading configs ---------------------------------------------------------------------------------
-
-
 
 def _config_file(path: str, what: str) -> str:
     """The file a --target/--draft path names: the directory's config.json, or the path itself."""
@@ -184,8 +183,9 @@ def parse_trained_layers(spec: str) -> Tuple[int, ...]:
 
 def diagnose(target_path: str, draft_path: str, sglang_version: Optional[str] = None,
              trained_layers: Optional[str] = None, tbo: bool = False, cuda_graph: bool = True,
-             algorithm: str = EAGLE3, pp_size: int = 1, pp_partition: Optional[str] = None) -> dict:
-    """Everything doctor prints, as one dict. Raises DoctorInputError on bad input."""
+             algorithm: str = EAGLE3, pp_size: int = 1, pp_partition: Optional[str] = None, spec=None) -> dict:
+    """Everything doctor prints, as one dict (`spec`: the speculation flags, config_rules.SPECULATION_FLAGS' dests).
+    Raises DoctorInputError on bad input."""
     notes = []
     if sglang_version is None:
         sglang_version = installed_sglang_version()
@@ -211,6 +211,7 @@ def diagnose(target_path: str, draft_path: str, sglang_version: Optional[str] = 
         if min(partition) < 1:
             raise DoctorInputError(f"--pp-partition {pp_partition!r}: every stage needs at least 1 layer")
     trained = parse_trained_layers(trained_layers) if trained_layers else None
+    shape = speculation_for(spec or {}, algorithm, tbo, version, DoctorInputError)
 
     target_file, target_data = load_config_json(target_path, "target")
     draft_file, draft_data = load_config_json(draft_path, "draft")
@@ -277,8 +278,8 @@ def diagnose(target_path: str, draft_path: str, sglang_version: Optional[str] = 
         "trained_length": {"length": length.length, "source": length.source, "notes": list(length.notes)},
         "findings": [{"code": f.code, "severity": f.severity, "message": f.message,
                       "evidence": f.evidence_dict()} for f in findings],
-        "notes": notes,
-        "exit_status": 1 if errors else 0,
+        "speculation": shape, "notes": notes,
+        "exit_status": 1 if errors or shape["errors"] else 0,
     }
 
 
@@ -354,6 +355,7 @@ def render_text(result: dict) -> str:
         if p["lost"]:
             out.append(f"    lost ({p['lost_reason']}): "
                        + ", ".join(f"{s['capture_index']} ({s['label']})" for s in p["lost"]))
+    out += render_speculation(result.get("speculation"))
     fix = result["fix"]
     if fix:
         out += fix_lines("to capture the trained layers", fix["ids"], fix["impossible"], fix["notes"])
@@ -364,14 +366,14 @@ def render_text(result: dict) -> str:
     for f in result["findings"]:
         out.append(finding_line(f))
     errors = sum(1 for f in result["findings"] if f["severity"] == ERROR)
-    out.append(f"result: {errors} error(s), {len(result['findings']) - errors} warning(s)")
+    out.append(result_line(errors, len(result["findings"]) - errors, result.get("speculation")))
     return "\n".join(out)
 
 
 def cmd_doctor(args) -> int:
     try:
         result = diagnose(args.target, args.draft, args.sglang_version, args.trained_layers, args.tbo,
-                          args.cuda_graph, args.speculative_algorithm, args.pp_size, args.pp_partition)
+                          args.cuda_graph, args.speculative_algorithm, args.pp_size, args.pp_partition, vars(args))
     except DoctorInputError as exc:
         print(f"eagle-probe doctor: {exc}", file=sys.stderr)
         return 2
@@ -385,7 +387,7 @@ def add_parser(sub) -> None:
     doc.add_argument("--draft", required=True, help="EAGLE-3 draft directory (or its config.json)")
     doc.add_argument("--sglang-version", help="SGLang release whose rules apply (default: the installed one)")
     doc.add_argument("--trained-layers", help=TRAINED_LAYERS_HELP)
-    doc.add_argument("--tbo", action="store_true", help="the server runs with --enable-two-batch-overlap")
+    doc.add_argument("--tbo", "--enable-two-batch-overlap", action="store_true", help="two-batch overlap on")
     doc.add_argument("--cuda-graph", dest="cuda_graph", action="store_true", default=True,
                      help="CUDA graphs on (default)")
     doc.add_argument("--no-cuda-graph", dest="cuda_graph", action="store_false", help="--disable-cuda-graph")
@@ -393,5 +395,6 @@ def add_parser(sub) -> None:
                      help="the server's --speculative-algorithm (default EAGLE3)")
     doc.add_argument("--pp-size", type=int, default=1, help="pipeline-parallel size (default 1)")
     doc.add_argument("--pp-partition", help="SGLANG_PP_LAYER_PARTITION, e.g. 15,15,15,16")
+    add_speculation_options(doc)
     doc.add_argument("--format", choices=("text", "json"), default="text")
     doc.set_defaults(func=cmd_doctor)

@@ -18,6 +18,10 @@ afterwards, on the real TP-1 groups).
 - --moe-tbo: a MoE target and one EXTEND batch split for Two-Batch-Overlap, which SGLang cannot run on the CPU
   (it raises); the probe sees the capture slots that fall in the TBO layers (real captures lost).
 
+Every rank also verifies draft steps at two depths (as adaptive depth does) through the probe's real Recorder until it
+exits: VERIFY_BATCH every VERIFY_PERIOD_S seconds, each batch counted whole by one metrics flush, so every counter
+grows by the same multiple and rates' ratios equal the hand-computed values of VERIFY_BATCH (tests/prometheus).
+
 Protocol: writes D/ready-R when done, then waits until D/exit-R exists and exits normally (atexit runs).
 """
 
@@ -29,6 +33,22 @@ import types
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
+
+# (accepted drafts per request, draft depth) of the verify steps fed per batch: a depth-1 step of two requests and a
+# depth-3 step of four (the last depth fed is 3). Per position: drafted 6, 4, 4; accepted 4, 2, 1.
+VERIFY_BATCH = (((1, 0), 1), ((3, 1, 0, 2), 3))
+VERIFY_PERIOD_S = 0.5
+
+
+def feed_verify_steps(recorder):
+    """One VERIFY_BATCH through the recorder's verify-step route, then one flush. The flush lock is held while the
+    batch is handed over, so that a flush from the probe's own thread never counts half a batch."""
+    from eagle_probe.observations import VerifyStep
+
+    with recorder.periodic._flush_lock:
+        for accepted, depth in VERIFY_BATCH:
+            recorder.observe("verify_step", VerifyStep(accepted, depth, source="rank_worker"))
+    recorder.flush_metrics()
 
 
 def main():
@@ -97,10 +117,16 @@ def main():
         except Exception as exc:  # with an unreachable id SGLang itself raises ("captured 2 of 3")
             print(f"rank_worker: SGLang raised: {type(exc).__name__}: {exc}", flush=True)
 
+    from eagle_probe.runtime.state import STATE
+
+    recorder = STATE.recorder
+    assert recorder.ranks is not None, "the probe read no ranks"
+    feed_verify_steps(recorder)
     open(os.path.join(args.state_dir, f"ready-{args.tp_rank}"), "w").close()
     deadline = time.monotonic() + 1800
     while not os.path.exists(os.path.join(args.state_dir, f"exit-{args.tp_rank}")) and time.monotonic() < deadline:
-        time.sleep(0.2)
+        time.sleep(VERIFY_PERIOD_S)
+        feed_verify_steps(recorder)
 
 
 if __name__ == "__main__":

@@ -88,6 +88,7 @@ def test_dashboard_structure():
             assert used in defined
     titles = " | ".join(p["title"] for p in d["panels"])
     for needed in ("Mean acceptance length", "Acceptance rate per draft position", "Distribution of accepted lengths",
+                   "Draft depth in use", "Mean acceptance length per draft depth",
                    "Captured layers per rank", "Aux width per rank", "Forward paths", "Captures lost",
                    "Findings by code", "Probe internal errors",
                    "Acceptance rate per draft position by sequence position",
@@ -325,6 +326,72 @@ def test_acceptance_values_match_sglang(stack):
     # SGLang's own gauge, shown beside the probe's mean acceptance length (bonus included: >= 1)
     own = prometheus.query(f'max({{__name__=~"{generate.SGLANG_ACCEPT_LENGTH}", instance="{inst}"}})')["data"]["result"]
     assert own and float(own[0]["value"][1]) >= 1.0
+
+
+def panel_exprs(title):
+    [panel] = [p for p in load_dashboard()["panels"] if p["title"] == title]
+    return {t["refId"]: t["expr"] for t in panel["targets"]}
+
+
+def test_per_position_rate_divides_by_drafted_per_position():
+    """Static: the per-position panel and the collapse alert divide by the request-steps that drafted each position,
+    never by all drafts (wrong once the depth changes at run time)."""
+    [expr] = panel_exprs("Acceptance rate per draft position").values()
+    assert "eagle_probe_spec_drafted_tokens_per_pos_total" in expr and "eagle_probe_spec_drafts_total" not in expr
+    [collapse] = [r for r in alert_rules() if r["alert"] == "EagleProbeAcceptanceCollapse"]
+    assert 'eagle_probe_spec_drafted_tokens_per_pos_total{position="0"}' in collapse["expr"]
+    assert "eagle_probe_spec_drafts_total" not in collapse["expr"]
+
+
+def rank_worker_expected():
+    """Hand-computed from rank_worker.VERIFY_BATCH: (accepted, drafted) per position; verify steps, request-steps and
+    accepted drafts per depth; the last depth fed."""
+    import rank_worker
+
+    assert rank_worker.VERIFY_BATCH == (((1, 0), 1), ((3, 1, 0, 2), 3))  # the numbers below are these steps'
+    per_position = {"0": (4, 6), "1": (2, 4), "2": (1, 4)}
+    per_depth = {"1": dict(steps=1, drafts=2, accepted=1), "3": dict(steps=1, drafts=4, accepted=6)}
+    return per_position, per_depth, 3
+
+
+def test_depth_and_per_position_panels_equal_hand_computed_values(stack):
+    """The rank workers feed verify steps at depths 1 and 3 through the real Recorder (rank_worker.VERIFY_BATCH, each
+    batch in one flush): the dashboard's own expressions, on their instance, give the hand-computed per-position rates
+    (accepted over drafted at that position, not over all drafts), two depths at half the verify steps each, the mean
+    accept length per depth, and the current depth."""
+    sys.path.insert(0, os.path.join(ROOT, "tests", "prometheus"))
+    per_position, per_depth, last = rank_worker_expected()
+    prometheus = stack["prometheus"]
+    inst = stack["instances"]["collector"]
+
+    def run(expr, key):
+        result = prometheus.query(substitute(expr, instance=inst))  # its dots match themselves too
+        assert result["status"] == "success", result
+        return {tuple(r["metric"].get(k) for k in key): float(r["value"][1]) for r in result["data"]["result"]}
+
+    [rate_expr] = panel_exprs("Acceptance rate per draft position").values()
+    rates = run(rate_expr, ("tp_rank", "position"))
+    assert {tp for tp, _ in rates} == {"0", "1"}, rates  # the multiprocess collector's two ranks
+    for (tp, position), value in rates.items():
+        accepted, drafted = per_position[position]
+        assert value == pytest.approx(accepted / drafted, rel=0.02), (tp, position, value)
+    # the old denominator (all drafts: 6 per batch) would give 2/6 and 1/6 at positions 1 and 2
+    assert rates[("0", "1")] > 0.45 and rates[("0", "2")] > 0.22
+
+    share = panel_exprs("Draft depth in use")["A"]
+    shares = run(share, ("depth",))
+    assert set(shares) == {(d,) for d in per_depth} and len(shares) == 2, shares
+    total_steps = sum(c["steps"] for c in per_depth.values())
+    for (depth,), value in shares.items():
+        assert value == pytest.approx(per_depth[depth]["steps"] / total_steps, rel=0.02), (depth, value)
+    length = panel_exprs("Mean acceptance length per draft depth")
+    lengths = run(length["A"], ("depth",))
+    assert set(lengths) == {(d,) for d in per_depth}
+    for (depth,), value in lengths.items():
+        c = per_depth[depth]
+        assert value == pytest.approx(1 + c["accepted"] / c["drafts"], rel=0.02), (depth, value)
+    current = run(length["B"], ("tp_rank",))
+    assert current == {("0",): last, ("1",): last}, current
 
 
 def test_every_alert_expression(stack):
