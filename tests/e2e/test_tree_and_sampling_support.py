@@ -44,10 +44,27 @@ def tree_args(case, topk, draft_tokens):
 
 
 def _start(root, name, target, args=(), spec=True):
-    env = dict(SPEC_ENV, **{DUMP_ENV: os.path.join(root, f"{name}-sampling.jsonl")}) if spec else {}
-    server = SGLangServer(target, extra_args=args, env=env, log_path=os.path.join(root, f"{name}.log"))
+    """A speculative server carries the probe (through PYTHONPATH, with its metrics): its counts are compared with
+    SGLang's below; the plain server carries nothing."""
+    from eagle_probe.bootstrap import BOOTSTRAP_DIR
+
+    env = dict(SPEC_ENV, **{DUMP_ENV: os.path.join(root, f"{name}-sampling.jsonl"),
+                            "EAGLE_PROBE_LOG_DIR": os.path.join(root, f"probe-{name}")}) if spec else {}
+    server = SGLangServer(target, extra_args=[*args, "--enable-metrics"] if spec else args, env=env,
+                          pythonpath_prefix=[BOOTSTRAP_DIR] if spec else (),
+                          log_path=os.path.join(root, f"{name}.log"))
     server.start()
     return server
+
+
+def _counted(server, requests, out, key):
+    """The answers of `requests` (sent concurrently), with the probe's counts over them in out["probe"][key]."""
+    from tests.e2e.test_speculation_shapes import _counters, _delta, _probe
+
+    before = _counters(server.flushed_metrics_text())
+    answers = _many(server, requests)
+    out.setdefault("probe", {})[key] = _probe(_delta(_counters(server.flushed_metrics_text(2.0)), before))
+    return answers
 
 
 def _many(server, requests):
@@ -90,23 +107,25 @@ def runs(root):
 
     tree2 = _start(root, "tree2", random_case["target"], tree_args(random_case, 2, 4))
     try:
-        out["tree2"] = _many(tree2, greedy)
-        out["tree2_sampled"] = _many(tree2, _sampled_requests(list(RANDOM_PROMPTS), 1.0))
+        out["tree2"] = _counted(tree2, greedy, out, "tree2")
+        out["tree2_sampled"] = _counted(tree2, _sampled_requests(list(RANDOM_PROMPTS), 1.0), out, "tree2_sampled")
         out["startup"]["tree2"] = tree2.startup_seconds
     finally:
         tree2.stop()
 
     tree4 = _start(root, "tree4", map_case["target"], tree_args(map_case, 4, 8))
     try:
-        out["tree4"] = _many(tree4, [(p, n, None) for p, n in MAP_PROMPTS.values()])
-        out["tree4_sampled"] = _many(tree4, _sampled_requests(MAP_SAMPLED_PROMPTS, MAP_TEMPERATURE))
+        out["tree4"] = _counted(tree4, [(p, n, None) for p, n in MAP_PROMPTS.values()], out, "tree4")
+        out["tree4_sampled"] = _counted(tree4, _sampled_requests(MAP_SAMPLED_PROMPTS, MAP_TEMPERATURE), out,
+                                        "tree4_sampled")
         out["startup"]["tree4"] = tree4.startup_seconds
     finally:
         tree4.stop()
 
     chain = _start(root, "chain", map_case["target"], map_case["args"])
     try:
-        out["chain_sampled"] = _many(chain, _sampled_requests(MAP_SAMPLED_PROMPTS, MAP_TEMPERATURE))
+        out["chain_sampled"] = _counted(chain, _sampled_requests(MAP_SAMPLED_PROMPTS, MAP_TEMPERATURE), out,
+                                        "chain_sampled")
         out["startup"]["chain"] = chain.startup_seconds
     finally:
         chain.stop()
@@ -185,3 +204,15 @@ def test_sampled_topk4_tree_accept_lengths_follow_the_rule(runs):
 
 def test_sampled_topk2_tree_accept_lengths_follow_the_rule(runs):
     _compare_with_rule(runs, runs["root"], "tree2_sampled", "tree2")
+
+
+@pytest.mark.parametrize("key", ["tree2", "tree2_sampled", "tree4", "tree4_sampled", "chain_sampled"])
+def test_probe_counts_equal_sglangs_on_every_shape(runs, key):
+    """The probe's request-steps, accepted drafts, histogram and mean accept length over a workload equal SGLang's
+    per-request figures summed (trees of topk 2 and 4, greedy and sampled; a sampled chain), and every step is
+    counted at the tree's depth (its draft steps), whatever the topk."""
+    from tests.e2e.test_speculation_shapes import _sglang
+
+    got, want = runs["probe"][key], _sglang(runs[key])
+    assert {k: got[k] for k in want} == want, f"probe {got} vs SGLang {want}"
+    assert set(got["depth_steps"]) == {NUM_STEPS}, got["depth_steps"]
