@@ -92,19 +92,23 @@ def test_each_entry_point_counts_what_sglang_and_the_construction_say(served):
     assert sum(chat["histogram"][1:]) > 0 and chat["per_position"][1] > raw["per_position"][1] == 0
     event = _server_slices(served["events"])
     entry = event["slices"]["entry"]
+    # a fixed depth: every request-step drafted every position
     assert entry["chat"] == {"request_steps": REQUESTS * chat["verify_ct"],
-                             "accepted": [REQUESTS * n for n in _per_position(chat["histogram"])]}
+                             "accepted": [REQUESTS * n for n in _per_position(chat["histogram"])],
+                             "drafted": [REQUESTS * chat["verify_ct"]] * NUM_STEPS}
     assert entry["completions"] == {"request_steps": REQUESTS * raw["verify_ct"],
-                                    "accepted": [REQUESTS * n for n in _per_position(raw["histogram"])]}
+                                    "accepted": [REQUESTS * n for n in _per_position(raw["histogram"])],
+                                    "drafted": [REQUESTS * raw["verify_ct"]] * NUM_STEPS}
     assert entry["generate"] == _sglang_counts(served["metas"])
     assert event["requests_classified"] == 3 * REQUESTS + 1
 
 
 def _sglang_counts(metas):
     """Request-steps and accepted drafts per position as SGLang's own meta_info gives them."""
-    return {"request_steps": sum(m["spec_verify_ct"] for m in metas),
+    steps = sum(m["spec_verify_ct"] for m in metas)
+    return {"request_steps": steps,
             "accepted": [sum(_per_position(m["spec_correct_drafts_histogram"])[j] for m in metas)
-                         for j in range(NUM_STEPS)]}
+                         for j in range(NUM_STEPS)], "drafted": [steps] * NUM_STEPS}
 
 
 def test_the_scheduler_slices_every_request_as_greedy(served):
@@ -115,9 +119,11 @@ def test_the_scheduler_slices_every_request_as_greedy(served):
                   and e.get("role") == "target"]
     chat, raw = _expected(WORDS + [ASSISTANT]), _expected(WORDS)
     generate = _sglang_counts(served["metas"])
-    greedy = {"request_steps": generate["request_steps"] + REQUESTS * (chat["verify_ct"] + raw["verify_ct"]),
+    steps = generate["request_steps"] + REQUESTS * (chat["verify_ct"] + raw["verify_ct"])
+    greedy = {"request_steps": steps,
               "accepted": [n + REQUESTS * (c + r) for n, c, r in zip(
-                  generate["accepted"], _per_position(chat["histogram"]), _per_position(raw["histogram"]))]}
+                  generate["accepted"], _per_position(chat["histogram"]), _per_position(raw["histogram"]))],
+              "drafted": [steps] * NUM_STEPS}
     assert last["slices"]["sampling"] == {"greedy": greedy}
 
 
