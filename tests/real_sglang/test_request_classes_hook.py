@@ -80,10 +80,10 @@ def test_entry_points_and_labels_of_finished_requests(probe):
     _finish(_output([raw.rid[0]], [[4]]), 0)
     _finish(_output([raw.rid[1]], [[]]), 0)  # no verify step: not counted
     slices = STATE.recorder.slices.snapshot()["slices"]
-    assert slices["entry"] == {"chat": {"request_steps": 4, "accepted": [4, 3]},
-                               "generate": {"request_steps": 4, "accepted": [0, 0]}}
-    assert slices["label:app"] == {"batch": {"request_steps": 4, "accepted": [0, 0]},
-                                   "bot": {"request_steps": 4, "accepted": [4, 3]}}
+    assert slices["entry"] == {"chat": {"request_steps": 4, "accepted": [4, 3], "drafted": [4, 4]},
+                               "generate": {"request_steps": 4, "accepted": [0, 0], "drafted": [4, 4]}}
+    assert slices["label:app"] == {"batch": {"request_steps": 4, "accepted": [0, 0], "drafted": [4, 4]},
+                                   "bot": {"request_steps": 4, "accepted": [4, 3], "drafted": [4, 4]}}
     assert request_classes._pending == {}  # every request that finished left, with or without verify steps
     [refused] = read_events(str(probe), names.CUSTOM_LABEL_NOT_SLICED)
     assert refused["key"] == "team" and refused["reason"] == "not_allowed" and refused["allowed"] == ["app"]
@@ -97,9 +97,9 @@ def test_an_engine_request_and_a_request_never_seen_arriving(probe):
     _finish(_output([engine.rid, "not-seen"], [[1, 1], [0, 2]]), 0)
     _finish(_output([engine.rid, "not-seen"], [[1, 1], [0, 2]]), 1)
     slices = STATE.recorder.slices.snapshot()["slices"]
-    assert slices["entry"] == {"engine": {"request_steps": 2, "accepted": [1, 0]},
-                               "unknown": {"request_steps": 2, "accepted": [2, 0]}}
-    assert slices["label:app"] == {"none": {"request_steps": 4, "accepted": [3, 0]}}
+    assert slices["entry"] == {"engine": {"request_steps": 2, "accepted": [1, 0], "drafted": [2, 2]},
+                               "unknown": {"request_steps": 2, "accepted": [2, 0], "drafted": [2, 2]}}
+    assert slices["label:app"] == {"none": {"request_steps": 4, "accepted": [3, 0], "drafted": [4, 4]}}
     assert STATE.recorder.out.errors_total == 0
 
 

@@ -39,9 +39,9 @@ def test_a_request_retracted_through_sglang_is_not_counted(tmp_path):
         reqs[1].reset_for_retract()  # SGLang's own retraction (wrapped by the probe)
         assert reqs[1].is_retracted and acceptance._retractions[0] == 1
         _step(reqs, (2, 2, 2))
-        steps, lengths = STATE.recorder.acceptance.snapshot()
-        # the second step counts requests 0 and 2 only: 3 + 2 request-steps in all
-        assert steps == 2 and lengths == {0: 1, 1: 1, 2: 3}
+        tally = STATE.recorder.acceptance.snapshot()
+        # the second step counts requests 0 and 2 only: 3 + 2 request-steps in all (depth 2, the server's steps)
+        assert tally.steps == 2 and tally.counts == {(2, 0): 1, (2, 1): 1, (2, 2): 3}
     finally:
         eagle_probe.uninstall()
     assert acceptance._retractions[0] == 0  # uninstall forgets

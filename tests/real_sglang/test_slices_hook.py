@@ -46,21 +46,22 @@ def test_the_hook_hands_the_slices_what_sglang_set(tmp_path):
         reqs[1].finished_reason = finish(length=8)
         _step(reqs, (2, 2, 2), graph=True)  # request 1 rides one more step, discarded by SGLang: not counted
         slices = STATE.recorder.slices.snapshot()["slices"]
-        assert slices["batch"] == {"2-3": {"request_steps": 5, "accepted": [4, 3]}}  # batch size before filtering
-        assert slices["path"] == {"eager": {"request_steps": 3, "accepted": [2, 1]},
-                                  "graph": {"request_steps": 2, "accepted": [2, 2]}}
-        assert slices["step"] == {"first": {"request_steps": 3, "accepted": [2, 1]},
-                                  "later": {"request_steps": 2, "accepted": [2, 2]}}
-        assert slices["cached_prefix"]["yes"] == {"request_steps": 2, "accepted": [1, 1]}
+        # batch size before filtering
+        assert slices["batch"] == {"2-3": {"request_steps": 5, "accepted": [4, 3], "drafted": [5, 5]}}
+        assert slices["path"] == {"eager": {"request_steps": 3, "accepted": [2, 1], "drafted": [3, 3]},
+                                  "graph": {"request_steps": 2, "accepted": [2, 2], "drafted": [2, 2]}}
+        assert slices["step"] == {"first": {"request_steps": 3, "accepted": [2, 1], "drafted": [3, 3]},
+                                  "later": {"request_steps": 2, "accepted": [2, 2], "drafted": [2, 2]}}
+        assert slices["cached_prefix"]["yes"] == {"request_steps": 2, "accepted": [1, 1], "drafted": [2, 2]}
         # prompts of 5, 75, 145 tokens: first steps at 6, 76, 146; request 0 then at 6 + 2 + 1 = 9
-        assert slices["position"] == {"0-63": {"request_steps": 2, "accepted": [2, 2]},
-                                      "64-127": {"request_steps": 1, "accepted": [1, 0]},
-                                      "128-255": {"request_steps": 2, "accepted": [1, 1]}}
-        assert slices["sampling"] == {"greedy": {"request_steps": 2, "accepted": [2, 2]},
-                                      "temp<=1": {"request_steps": 1, "accepted": [1, 0]},
-                                      "temp>1": {"request_steps": 2, "accepted": [1, 1]}}
-        assert slices["thinking"] == {"on": {"request_steps": 1, "accepted": [1, 0]},
-                                      "off": {"request_steps": 4, "accepted": [3, 3]}}
+        assert slices["position"] == {"0-63": {"request_steps": 2, "accepted": [2, 2], "drafted": [2, 2]},
+                                      "64-127": {"request_steps": 1, "accepted": [1, 0], "drafted": [1, 1]},
+                                      "128-255": {"request_steps": 2, "accepted": [1, 1], "drafted": [2, 2]}}
+        assert slices["sampling"] == {"greedy": {"request_steps": 2, "accepted": [2, 2], "drafted": [2, 2]},
+                                      "temp<=1": {"request_steps": 1, "accepted": [1, 0], "drafted": [1, 1]},
+                                      "temp>1": {"request_steps": 2, "accepted": [1, 1], "drafted": [2, 2]}}
+        assert slices["thinking"] == {"on": {"request_steps": 1, "accepted": [1, 0], "drafted": [1, 1]},
+                                      "off": {"request_steps": 4, "accepted": [3, 3], "drafted": [4, 4]}}
     finally:
         eagle_probe.uninstall()
 
@@ -87,9 +88,10 @@ def test_the_v1_hook_reads_the_path_from_the_verify_return(tmp_path):
         wrapper = acceptance._v1_wrapper(target, "acceptance.verify")
         assert wrapper(lambda *a, **k: output, worker, (ScheduleBatch(reqs=reqs), None), {}) is output
         slices = STATE.recorder.slices.snapshot()["slices"]
-        assert slices["path"] == {"graph": {"request_steps": 2, "accepted": [1, 0]}}
-        assert slices["batch"] == {"2-3": {"request_steps": 2, "accepted": [1, 0]}}
-        assert slices["step"] == {"first": {"request_steps": 2, "accepted": [1, 0]}}
-        assert STATE.recorder.acceptance.snapshot() == (1, {0: 1, 1: 1})  # the acceptance part as before
+        assert slices["path"] == {"graph": {"request_steps": 2, "accepted": [1, 0], "drafted": [2, 2]}}
+        assert slices["batch"] == {"2-3": {"request_steps": 2, "accepted": [1, 0], "drafted": [2, 2]}}
+        assert slices["step"] == {"first": {"request_steps": 2, "accepted": [1, 0], "drafted": [2, 2]}}
+        tally = STATE.recorder.acceptance.snapshot()  # the acceptance part as before
+        assert (tally.steps, tally.counts) == (1, {(2, 0): 1, (2, 1): 1})
     finally:
         eagle_probe.uninstall()
