@@ -25,22 +25,6 @@ from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 Accuracy = Sequence[float]  # per-position conditional accuracies; the last repeats past its end
 
 
-def clamped_counts(raw_lengths: Dict[int, int], positions: int) -> Tuple[Dict[int, int], List[int]]:
-    """Requests per accepted length, as SGLang reported them (raw, possibly out of range), turned into
-    (requests per accepted length in [0, positions], accepted count per draft position)."""
-    lengths = {}  # a plain dict: a flush makes one every second, and a Counter costs microseconds to make
-    for length, count in raw_lengths.items():
-        clamped = min(max(int(length), 0), positions)
-        lengths[clamped] = lengths.get(clamped, 0) + count
-    per_position = [sum(count for length, count in lengths.items() if length > k) for k in range(positions)]
-    return lengths, per_position
-
-
-def step_counts(accepted_per_request: Sequence[int], positions: int) -> Tuple[Dict[int, int], List[int]]:
-    """One verify step aggregated: (requests per accepted length, accepted count per draft position)."""
-    return clamped_counts(Counter(accepted_per_request), positions)  # counted in C
-
-
 def subtract_counts(now: Dict[int, int], before: Dict[int, int]) -> Dict[int, int]:
     """Per-length counts added since `before` (both cumulative)."""
     return {length: count - before.get(length, 0) for length, count in now.items() if count != before.get(length, 0)}
