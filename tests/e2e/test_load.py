@@ -29,7 +29,11 @@ REQUESTS = 64
 CONCURRENCY = 16
 FIRST_WAVE = 16
 RSS_MARGIN_MB = 64  # asserted bound on (with probe - without), scheduler RSS after the same load
+NUM_STEPS = 2  # the chain's draft depth
 BOUNDED_QUEUES = {"fingerprints.pending": 4}  # containers that may hold a few items in flight, never more
+# containers keyed by what a verify step can be, filled as the traffic shows each: acceptance counts per
+# (depth, accepted), accepted 0..NUM_STEPS at the one depth served
+BOUNDED_BY_SHAPE = {"acceptance.counts": NUM_STEPS + 1}
 
 
 def load_requests(seed=0):
@@ -91,7 +95,7 @@ def _stop_timed(server):
 @pytest.fixture(scope="module")
 def load(tmp_path_factory):
     root = str(tmp_path_factory.mktemp("load-e2e"))
-    case = build_case(root, "map", num_steps=2)
+    case = build_case(root, "map", num_steps=NUM_STEPS)
     requests = load_requests()
     out = {"requests": requests, "case": case}
 
@@ -165,7 +169,7 @@ def test_probe_totals_equal_sglang_sums_under_load(load):
 def test_probe_state_does_not_grow_with_requests(load):
     first, full = load["state_first"], load["state_all"]
     assert set(first) == set(full) and len(full) > 20  # every container is reported
-    for name, bound in BOUNDED_QUEUES.items():
+    for name, bound in {**BOUNDED_QUEUES, **BOUNDED_BY_SHAPE}.items():
         assert full.pop(name, 0) <= bound and first.pop(name, 0) <= bound, name
     assert full == first  # after 16 and after 64 requests: the same sizes, item for item
 
@@ -234,7 +238,7 @@ def _construction_lengths():
 
     histogram = {}
     for prompt, new in load_requests():
-        steps = simulate_chain(map_target, map_draft, prompt, new, 2)["per_step"]
+        steps = simulate_chain(map_target, map_draft, prompt, new, NUM_STEPS)["per_step"]
         if steps:
             bucket = request_length_bucket(1 + sum(steps) / len(steps))
             histogram[bucket] = histogram.get(bucket, 0) + 1
