@@ -313,6 +313,10 @@ def draft_config_layer_finding(model_class: str, draft_ids, expected: Sequence[i
         draft_ids=None if draft_ids is None else list(draft_ids), expected=list(expected), captured=list(captured))
 
 
+_SAMPLED_ONLY = (" Only sampled traffic was judged, and it accepts less than greedy traffic with any wiring (a draft "
+                 "token is accepted with the target's probability of it): judge the layers on greedy requests.")
+
+
 def acceptance_collapse_finding(observed: float, expected: float, accuracy, positions: int,
                                 per_position: Sequence[Optional[float]], drafts: int, threshold: float,
                                 seen_codes: Sequence[str], traffic: str = "unknown traffic") -> Finding:
@@ -329,7 +333,7 @@ def acceptance_collapse_finding(observed: float, expected: float, accuracy, posi
         f"is {observed / expected:.0%} of the {expected:.2f} expected from {describe_accuracy(accuracy)} "
         f"at the depths served (deepest {positions}; threshold {threshold:.0%}); per-position acceptance "
         f"{[None if r is None else round(r, 3) for r in per_position]}. Likely causes among the findings seen: "
-        f"{causes}.",
+        f"{causes}.{_SAMPLED_ONLY if traffic.startswith('sampled') else ''}",
         observed=round(observed, 4), expected=round(expected, 4), draft_accuracy=accuracy,
         per_position_rate=[None if r is None else round(r, 4) for r in per_position], drafts=drafts,
         likely_causes=list(seen_codes), traffic=traffic)

@@ -10,8 +10,7 @@ the argmax's mean probability, lower the flatter the target's distribution."""
 
 from typing import Dict, Optional
 
-GREEDY = "greedy"
-UNKNOWN = "unknown"
+from .slices import GREEDY, UNKNOWN
 
 
 def split(sampling: Optional[Dict[str, dict]]) -> Dict[str, dict]:

@@ -19,6 +19,9 @@ that accepted that position against the rest of the same dimension): it is run o
 MIN_REQUEST_STEPS, its p-value must be under ALPHA / (number of tests run) (Bonferroni), and the gap must be large
 enough to matter (MIN_GAP absolute, slice at most MAX_RATIO of the rest). A handful of steps never fires it.
 Request-steps of one request are not independent; the gap thresholds keep that from turning noise into a finding.
+In the sampling dimension only the greedy slice is tested (against the sampled ones): sampled request-steps accept a
+draft token with the target's probability of it, so they accept less than greedy ones, and less the higher the
+temperature, with any wiring (analysis.sampled_traffic names that shortfall).
 """
 
 import math
@@ -38,10 +41,11 @@ BATCH_BUCKETS = ("1", "2-3", "4-7", "8-15", "16-31", "32-63", "64-127", "128-255
 CACHED_BUCKETS = ("yes", "no", UNKNOWN)
 PATH_BUCKETS = ("graph", "eager", UNKNOWN)
 STEP_BUCKETS = ("first", "later", UNKNOWN)
-SAMPLING_BUCKETS = ("greedy", "temp<=0.5", "temp<=1", "temp>1", UNKNOWN)
+SAMPLING, GREEDY = "sampling", "greedy"
+SAMPLING_BUCKETS = (GREEDY, "temp<=0.5", "temp<=1", "temp>1", UNKNOWN)
 THINKING_BUCKETS = ("on", "off", UNKNOWN)
 DIMENSIONS = {"position": POSITION_BUCKETS, "batch": BATCH_BUCKETS, "cached_prefix": CACHED_BUCKETS,
-              "path": PATH_BUCKETS, "step": STEP_BUCKETS, "sampling": SAMPLING_BUCKETS, "thinking": THINKING_BUCKETS}
+              "path": PATH_BUCKETS, "step": STEP_BUCKETS, SAMPLING: SAMPLING_BUCKETS, "thinking": THINKING_BUCKETS}
 
 # Counted once per finished request in SGLang's HTTP server process (analysis.traffic), beside one dimension per
 # allowed custom-label key (label:KEY, values bounded there).
@@ -94,7 +98,7 @@ def path_bucket(graph: Optional[bool]) -> str:
 def sampling_bucket(top_k, temperature) -> str:
     """From SGLang's sampling parameters after its normalisation (temperature 0 becomes top_k 1, temperature 1)."""
     if top_k == 1 and not isinstance(top_k, bool):
-        return "greedy"
+        return GREEDY
     if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature >= 0:
         return UNKNOWN
     return "temp<=0.5" if temperature <= 0.5 else ("temp<=1" if temperature <= 1 else "temp>1")
@@ -144,6 +148,8 @@ def low_slices(slices: Dict[str, Dict[str, dict]], positions: int) -> List[dict]
             total_s = sum(_at(b.get("accepted"), k) for b in buckets.values())
             total_n = sum(_drafted(b, k) for b in buckets.values())
             for bucket, counts in buckets.items():
+                if dimension == SAMPLING and bucket != GREEDY:
+                    continue
                 n1, s1 = _drafted(counts, k), _at(counts.get("accepted"), k)
                 n2, s2 = total_n - n1, total_s - s1
                 if n1 < MIN_REQUEST_STEPS or n2 < MIN_REQUEST_STEPS:
@@ -199,9 +205,9 @@ _CAUSES = {
     "path": "a gap between CUDA-graph and eager verify forwards points at state the graph captured once",
     "step": "a low first decode step points at what the draft is handed after prefill (its hidden states, "
             "its KV of the prompt)",
-    "sampling": "acceptance that depends on the sampling settings points at traffic sampled unlike the draft's "
-                "training data (a draft trained on greedy outputs served at temperature 1, or the reverse): train "
-                "or evaluate the draft with the sampling it is served with",
+    SAMPLING: "greedy requests accepting less than sampled ones (which accept less with any wiring) point at a "
+              "draft trained on sampled outputs rather than the target's greedy ones: train or evaluate the draft "
+              "with the sampling it is served with",
     "thinking": "acceptance that differs with thinking on or off points at a draft trained on one mode only "
                 "(thinking traces against direct answers): train it on both, or serve the mode it was trained on",
     ENTRY: "acceptance that differs by entry point points at prompts formatted unlike the draft's training "

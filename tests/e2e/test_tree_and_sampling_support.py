@@ -13,6 +13,9 @@ the "map" pair with topk 4 (3 steps, 8 draft tokens); the "map" pair as a chain 
   SGLang passed it (recorded by SGLANG_CPU_SPEC_SAMPLING_DUMP), bucket by bucket within 4 standard deviations + 1.
   The coins are SGLang's unseeded torch.rand ones: a request's sampling_seed only reaches the verify coins with
   --enable-deterministic-inference, which SGLang 0.5.23 refuses for --attention-backend torch_native.
+- Sampled traffic is named as such: the chain server is told the draft's training accuracy. Its greedy traffic at the
+  map pair's fixed point (every draft right) is served as expected and names nothing; its sampled traffic then
+  accepts far less, and the probe names acceptance_sampled_traffic, not a collapse of the wiring.
 """
 
 import json
@@ -33,6 +36,11 @@ SAMPLED_NEW_TOKENS = 12
 MAP_TEMPERATURE = 8.0  # the map target at this temperature gives its intended token most, not all, of the mass
 # sampled traffic of the map pair: its prompts plus some next to the fixed point 200, where deep drafts are right
 MAP_SAMPLED_PROMPTS = [p for p, _ in MAP_PROMPTS.values()] + [[197, 198, 199], [199, 200], [5, 200]]
+# greedy traffic at the fixed point 200, where the map draft is right at every depth
+FIXED_POINT_PROMPTS = ([199, 200], [5, 200], [200], [198, 199, 200])
+GREEDY_REQUESTS = 32  # about 4 request-steps each: more than the judgement's minimum before sampled traffic comes
+# the chain server's claimed training accuracy: what its greedy fixed-point traffic achieves (expected length 3.71)
+CHAIN_ENV = {"EAGLE_PROBE_DRAFT_ACCURACY": "0.95,0.95,0.95", "EAGLE_PROBE_SUMMARY_INTERVAL_S": "0.2"}
 
 
 def tree_args(case, topk, draft_tokens):
@@ -43,18 +51,30 @@ def tree_args(case, topk, draft_tokens):
     return args
 
 
-def _start(root, name, target, args=(), spec=True):
+def _start(root, name, target, args=(), spec=True, probe_env=None):
     """A speculative server carries the probe (through PYTHONPATH, with its metrics): its counts are compared with
     SGLang's below; the plain server carries nothing."""
     from eagle_probe.bootstrap import BOOTSTRAP_DIR
 
     env = dict(SPEC_ENV, **{DUMP_ENV: os.path.join(root, f"{name}-sampling.jsonl"),
-                            "EAGLE_PROBE_LOG_DIR": os.path.join(root, f"probe-{name}")}) if spec else {}
+                            "EAGLE_PROBE_LOG_DIR": _log_dir(root, name)}, **(probe_env or {})) if spec else {}
     server = SGLangServer(target, extra_args=[*args, "--enable-metrics"] if spec else args, env=env,
                           pythonpath_prefix=[BOOTSTRAP_DIR] if spec else (),
                           log_path=os.path.join(root, f"{name}.log"))
     server.start()
     return server
+
+
+def _log_dir(root, name):
+    return os.path.join(root, f"probe-{name}")
+
+
+def _acceptance_findings(root, name):
+    """The acceptance findings the probe wrote so far on server `name`: [(code, the slice's dimension or None)]."""
+    from tests.e2e.conftest import probe_events
+
+    events = probe_events(_log_dir(root, name), "eagle_probe.finding")
+    return [(e["code"], e["evidence"].get("dimension")) for e in events if e.get("code", "").startswith("acceptance_")]
 
 
 def _counted(server, requests, out, key):
@@ -122,10 +142,15 @@ def runs(root):
     finally:
         tree4.stop()
 
-    chain = _start(root, "chain", map_case["target"], map_case["args"])
+    chain = _start(root, "chain", map_case["target"], map_case["args"], probe_env=CHAIN_ENV)
     try:
+        fixed_point = [(FIXED_POINT_PROMPTS[i % len(FIXED_POINT_PROMPTS)], 16, None) for i in range(GREEDY_REQUESTS)]
+        out["chain"] = _counted(chain, fixed_point, out, "chain")
+        out["findings_after_greedy"] = _acceptance_findings(root, "chain")
         out["chain_sampled"] = _counted(chain, _sampled_requests(MAP_SAMPLED_PROMPTS, MAP_TEMPERATURE), out,
                                         "chain_sampled")
+        chain.flushed_metrics_text(0.5)  # a few more summary ticks: the judgement of the last window
+        out["findings_after_sampled"] = _acceptance_findings(root, "chain")
         out["startup"]["chain"] = chain.startup_seconds
     finally:
         chain.stop()
@@ -206,7 +231,7 @@ def test_sampled_topk2_tree_accept_lengths_follow_the_rule(runs):
     _compare_with_rule(runs, runs["root"], "tree2_sampled", "tree2")
 
 
-@pytest.mark.parametrize("key", ["tree2", "tree2_sampled", "tree4", "tree4_sampled", "chain_sampled"])
+@pytest.mark.parametrize("key", ["tree2", "tree2_sampled", "tree4", "tree4_sampled", "chain", "chain_sampled"])
 def test_probe_counts_equal_sglangs_on_every_shape(runs, key):
     """The probe's request-steps, accepted drafts, histogram and mean accept length over a workload equal SGLang's
     per-request figures summed (trees of topk 2 and 4, greedy and sampled; a sampled chain), and every step is
@@ -216,3 +241,19 @@ def test_probe_counts_equal_sglangs_on_every_shape(runs, key):
     got, want = runs["probe"][key], _sglang(runs[key])
     assert {k: got[k] for k in want} == want, f"probe {got} vs SGLang {want}"
     assert set(got["depth_steps"]) == {NUM_STEPS}, got["depth_steps"]
+
+
+def test_sampled_traffic_is_named_as_such_not_as_a_collapse(runs):
+    """Greedy traffic served as the claimed accuracy implies names nothing; sampled traffic after it accepts far
+    less (under the collapse threshold over all traffic), and the probe says sampled traffic explains it."""
+    from tests.e2e.test_speculation_shapes import _sglang
+
+    greedy, sampled = _sglang(runs["chain"]), _sglang(runs["chain_sampled"])
+    expected = 1 + 0.95 + 0.95 ** 2 + 0.95 ** 3
+    assert greedy["mean_accept_length"] / expected >= 0.9  # the claim holds for greedy traffic
+    assert runs["findings_after_greedy"] == []
+    assert sampled["mean_accept_length"] / expected < 0.6, (greedy, sampled)  # under the collapse threshold
+    found = set(runs["findings_after_sampled"])
+    assert ("acceptance_sampled_traffic", None) in found
+    # neither a collapse nor a low sampling slice: sampled traffic accepting less is the verify rule, not a fault
+    assert not {f for f in found if f[0] in ("acceptance_collapse", "acceptance_low") or f[1] == "sampling"}, found

@@ -53,3 +53,16 @@ def test_a_collapse_of_greedy_traffic_too_stays_a_collapse_and_names_the_traffic
     [finding] = _run(0, 0)
     assert finding["code"] == "acceptance_collapse"
     assert finding["evidence"]["traffic"] == "mixed traffic (50% of request-steps greedy)"
+
+
+def test_a_collapse_of_sampled_traffic_alone_says_the_layers_are_judged_on_greedy_requests():
+    recorder, stream, _, clock = make_recorder(summary_interval_s=1, draft_accuracy=(0.9,), collapse_min_drafts=8,
+                                               collapse_ratio=0.8)
+    for _ in range(10):
+        recorder.verify_step(VerifyStep((0, 0), 3, "t", [request(-1, 1.0), request(-1, 0.7)], 2, False))
+    clock[0] = 2
+    recorder.periodic.tick_if_due()
+    [finding] = [json.loads(line) for line in stream.getvalue().splitlines() if '"eagle_probe.finding"' in line]
+    assert finding["code"] == "acceptance_collapse"
+    assert finding["evidence"]["traffic"] == "sampled traffic (temperature > 0)"
+    assert "judge the layers on greedy requests" in finding["message"]

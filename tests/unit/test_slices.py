@@ -262,3 +262,20 @@ def test_a_slice_dimension_this_release_does_not_know_is_reported_not_a_crash():
         [finding] = [f for f in report["findings"] if f["code"] == "acceptance_slice_low"]
         assert f"the dimension {dimension!r} is not one this eagle-probe knows" in finding["first_message"]
         assert f"with {dimension} = a," in finding["first_message"] and finding["ranks"] == [0]
+
+
+def test_sampled_slices_are_not_held_against_greedy_traffic_but_greedy_is_against_sampled():
+    from eagle_probe.analysis.slices import low_slices
+
+    def side(n, accepted):
+        return {"request_steps": n, "accepted": [accepted], "drafted": [n]}
+
+    # sampled traffic accepts less with any wiring, the hotter the less: none of it is a low slice
+    sampling = {"greedy": side(400, 380), "temp<=1": side(400, 200), "temp>1": side(400, 40)}
+    assert low_slices({"sampling": sampling}, 1) == []
+    # greedy below sampled is: the draft was fit to something other than the target's argmax
+    sampling = {"greedy": side(400, 100), "temp<=1": side(400, 300)}
+    [low] = low_slices({"sampling": sampling}, 1)
+    assert (low["bucket"], low["rest_rate"]) == ("greedy", 0.75)
+    # another dimension holds every bucket against the rest as before
+    assert [x["bucket"] for x in low_slices({"batch": {"1": side(400, 380), "2-3": side(400, 40)}}, 1)] == ["2-3"]

@@ -3,6 +3,7 @@ eagle_probe.acceptance event per summary interval, and the collapse judgement on
 they hold enough request-steps (a quiet interval is carried into the next)."""
 
 from ...analysis import sampled_traffic
+from ...analysis.slices import SAMPLING
 from ...analysis.acceptance import AcceptanceWindow, expected_per_position_rate
 from ...events import ACCEPTANCE
 from ..acceptance_monitor import AcceptanceMonitor
@@ -59,4 +60,4 @@ class Acceptance(Part):
         slices = getattr(self.recorder, "slices", None)
         if slices is None:
             return {}
-        return sampled_traffic.split(slices.snapshot()["slices"].get("sampling"))
+        return sampled_traffic.split(slices.snapshot()["slices"].get(SAMPLING))
