@@ -110,6 +110,21 @@ def depth_counts(raw_lengths: Dict[int, int], positions: int) -> Dict[Tuple[int,
     return out
 
 
+class WindowSums:
+    """One pass over a window's counts (AcceptanceWindow.sums): request-steps, accepted drafts, request-steps that
+    accepted / drafted each position, request-steps per accepted length, and per depth [verify steps, request-steps,
+    accepted drafts]."""
+
+    __slots__ = ("request_steps", "accepted_tokens", "per_position", "drafted_per_position", "length_histogram",
+                 "per_depth")
+
+    def __init__(self, request_steps, accepted_tokens, per_position, drafted_per_position, length_histogram,
+                 per_depth):
+        self.request_steps, self.accepted_tokens = request_steps, accepted_tokens
+        self.per_position, self.drafted_per_position = per_position, drafted_per_position
+        self.length_histogram, self.per_depth = length_histogram, per_depth
+
+
 class AcceptanceWindow:
     """Counts over a window of verify steps, each at its own draft depth (adaptive depth changes it from step to
     step; a tree's depth is its number of draft steps). Position k (0-based) is drafted by the request-steps whose
@@ -218,6 +233,25 @@ class AcceptanceWindow:
                                "request_steps": requests, "accepted_tokens": accepted,
                                "mean_accept_length": 1.0 + accepted / requests if requests else None}
         return out
+
+    def sums(self) -> "WindowSums":
+        """Everything a flush adds to the series, in one pass over the counts (the flush thread runs it every
+        second; the properties above each walk the counts again)."""
+        positions = self.positions
+        sums = WindowSums(0, 0, [0] * positions, [0] * positions, Counter(), {})
+        per_pos, drafted, histogram = sums.per_position, sums.drafted_per_position, sums.length_histogram
+        for (depth, accepted), n in self.counts.items():
+            sums_depth = sums.per_depth.setdefault(depth, [self.depth_steps.get(depth, 0), 0, 0])
+            sums_depth[1] += n
+            sums_depth[2] += accepted * n
+            histogram[accepted] += n
+            for k in range(accepted):
+                per_pos[k] += n
+            for k in range(depth):
+                drafted[k] += n
+        sums.request_steps = sum(histogram.values())
+        sums.accepted_tokens = sum(a * n for a, n in histogram.items())
+        return sums
 
     def as_fields(self) -> dict:
         return {

@@ -33,6 +33,18 @@ def test_positions_are_rated_over_the_steps_that_drafted_them():
     assert window.as_fields()["accept_length_histogram"] == {"0": 2, "1": 1, "2": 1, "3": 1}
 
 
+
+def test_one_pass_sums_are_the_figures_worked_out_above():
+    window = AcceptanceWindow()
+    for step in STEPS:
+        window.add_step(step.accepted, step.positions)
+    sums = window.sums()
+    assert (sums.request_steps, sums.accepted_tokens) == (5, 6)
+    assert (sums.per_position, sums.drafted_per_position) == ([3, 2, 1], [4, 2, 2])
+    assert dict(sums.length_histogram) == {0: 2, 1: 1, 2: 1, 3: 1}
+    assert sums.per_depth == {0: [1, 1, 0], 1: [1, 2, 1], 3: [1, 2, 5]}  # [verify steps, request-steps, accepted]
+
+
 def test_a_tree_proposes_all_its_nodes():
     window = AcceptanceWindow()
     window.add_step((2, 0), 3, proposed=7)  # topk 4, 8 draft tokens: 7 nodes after the root, 3 deep

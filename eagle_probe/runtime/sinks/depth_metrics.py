@@ -2,7 +2,7 @@
 tree's depth is its draft steps), made on the first flush that counts a step, on the sink's registry with its rank
 labels. The depth label takes the few values the server's candidate steps allow."""
 
-from .metrics import RANK_LABELS
+from ...observations import RANK_LABELS
 
 _SERIES = "_depth_series"
 
@@ -31,13 +31,13 @@ def _series(sink):
 
 
 def add_depth_counts(sink, per_depth: dict, last_depth) -> None:
-    """per_depth: {depth: {"verify_steps", "request_steps", "accepted_tokens", ...}} added since the last flush
-    (AcceptanceWindow.per_depth). Every series is resolved before any is increased (as MetricsSink._add)."""
+    """per_depth: {depth: [verify steps, request-steps, accepted drafts]} added since the last flush
+    (WindowSums.per_depth). Every series is resolved before any is increased (as MetricsSink._add)."""
     steps, drafts, accepted, gauge = _series(sink)
     adds = []
     for depth, counts in per_depth.items():
-        adds += [(sink._child(steps, depth), counts["verify_steps"]), (sink._child(drafts, depth),
-                 counts["request_steps"]), (sink._child(accepted, depth), counts["accepted_tokens"])]
+        label = str(depth)
+        adds += zip((sink._child(steps, label), sink._child(drafts, label), sink._child(accepted, label)), counts)
     depth_gauge = sink._child(gauge) if last_depth is not None else None
     for child, amount in adds:
         if amount:

@@ -12,6 +12,7 @@ from ...observations import RANK_LABELS, Ranks, TargetForward
 from ..values.dumps import STOP_REASONS
 from . import endpoint
 from .endpoint import series_endpoint
+from .depth_metrics import add_depth_counts
 from .histograms import observe_many
 from .multiprocess import GAUGE_MULTIPROCESS_MODE, mark_self_dead, remove_dead_process_gauges
 
@@ -66,8 +67,7 @@ class MetricsSink:
         self.lost = counter("eagle_probe_captures_lost_total",
                             "Capture slots that fell in the Two-Batch-Overlap layer range, per forward run.",
                             ("role", "mode"))
-        self.findings = counter("eagle_probe_findings_total", "Findings emitted, by code.",
-                                ("code", "severity", "role"))
+        self.findings = counter("eagle_probe_findings_total", "Findings emitted by code.", ("code", "severity", "role"))
         self.errors = counter("eagle_probe_internal_errors_total",
                               "Exceptions inside the probe (never raised into SGLang).", ("where",))
         self.skipped = counter("eagle_probe_integration_skipped_total",
@@ -199,22 +199,22 @@ class MetricsSink:
         return series
 
     def add_verify_counts(self, window, depth=None):
-        """Verify steps since the last flush (an AcceptanceWindow of them); `depth`: the last step's draft depth."""
-        from .depth_metrics import add_depth_counts
-        # all resolved before the first is increased: nothing is added twice
-        verify_steps, drafts, draft_tokens, accepted, histogram, per_pos, drafted_pos = \
-            self._verify_series(window.positions)
-        add_depth_counts(self, window.per_depth(), depth)
+        """Verify steps since the last flush (an AcceptanceWindow of them); `depth`: the last step's draft depth.
+        Every series is resolved before the first is increased: nothing is added twice."""
+        sums, (verify_steps, drafts, draft_tokens, accepted, histogram, per_pos, drafted_pos) = \
+            window.sums(), self._verify_series(window.positions)
+        add_depth_counts(self, sums.per_depth, depth)
         verify_steps.inc(window.steps)
-        if not window.drafts:
+        if not sums.request_steps:
             return
-        drafts.inc(window.drafts)
+        drafts.inc(sums.request_steps)
         draft_tokens.inc(window.draft_tokens)
-        accepted.inc(window.accepted_tokens)
-        for children, counts in ((per_pos, window.per_position), (drafted_pos, window.drafted_per_position())):
+        accepted.inc(sums.accepted_tokens)
+        for children, counts in ((per_pos, sums.per_position), (drafted_pos, sums.drafted_per_position)):
             for child, count in zip(children, counts):
-                child.inc(count)
-        for value, count in window.length_histogram.items():
+                if count:
+                    child.inc(count)
+        for value, count in sums.length_histogram.items():
             observe_many(histogram, value, count)
 
     def add_vocab_coverage(self, in_vocab, total, all_in_vocab, all_total):
