@@ -22,9 +22,9 @@ from sglang_cpu import shims  # noqa: E402
 shims.apply()
 
 import eagle_probe  # noqa: E402
+from eagle_probe.dump_format import POSITIONS  # noqa: E402
 from eagle_probe.runtime.integrations.target_forward import model_forward_wrapper  # noqa: E402
 from eagle_probe.runtime.state import STATE  # noqa: E402
-from eagle_probe.dump_format import POSITIONS  # noqa: E402
 from eagle_probe.runtime.values.verify_dumps import V2, VerifyDumpJob, note_step  # noqa: E402
 
 
@@ -51,6 +51,7 @@ def main():
 
     import torch
     from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
+
     from sglang_cpu.runtime import TinyBatchRunner, build_deepseek, init_runtime
     from sglang_cpu.tiny_models import deepseek_v3_config
 
@@ -81,7 +82,7 @@ def main():
         eagle_probe.install(env=env)
         dumps = STATE.recorder.dumps
 
-        def drain():
+        def drain(dumps=dumps):
             if dumps.writer is not None:
                 for job in dumps.waiting:
                     job.deadline = 0.0  # no resolution comes in this benchmark: write at once

@@ -18,27 +18,48 @@ changes at run time, --speculative-adaptive, the drafts that reached k are fewer
 
 import json
 import os
+import pathlib
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 from grafana_foundation_sdk.builders import bargauge, common, prometheus, table, timeseries  # noqa: E402
-from grafana_foundation_sdk.builders.dashboard import (AnnotationQuery, CustomVariable, Dashboard,  # noqa: E402
-                                                       DatasourceVariable, QueryVariable, Row)
+from grafana_foundation_sdk.builders.dashboard import (  # noqa: E402
+    AnnotationQuery,
+    CustomVariable,
+    Dashboard,
+    DatasourceVariable,
+    QueryVariable,
+    Row,
+)
 from grafana_foundation_sdk.cog.encoder import JSONEncoder  # noqa: E402
-from grafana_foundation_sdk.models.common import (BarGaugeDisplayMode, GraphDrawStyle, LegendDisplayMode,  # noqa: E402
-                                                  LegendPlacement, SortOrder, StackingMode, TooltipDisplayMode,
-                                                  VisibilityMode, VizOrientation)
-from grafana_foundation_sdk.models.dashboard import (DashboardCursorSync, DataSourceRef,  # noqa: E402
-                                                     DataTransformerConfig, VariableOption, VariableRefresh,
-                                                     VariableSort)
+from grafana_foundation_sdk.models.common import (  # noqa: E402
+    BarGaugeDisplayMode,
+    GraphDrawStyle,
+    LegendDisplayMode,
+    LegendPlacement,
+    SortOrder,
+    StackingMode,
+    TooltipDisplayMode,
+    VisibilityMode,
+    VizOrientation,
+)
+from grafana_foundation_sdk.models.dashboard import (  # noqa: E402
+    DashboardCursorSync,
+    DataSourceRef,
+    DataTransformerConfig,
+    VariableOption,
+    VariableRefresh,
+    VariableSort,
+)
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat, QueryEditorMode  # noqa: E402
 
-from eagle_probe.analysis.fingerprints import RMS_SPREAD_TOLERANCE  # noqa: E402  (one source each)
 from eagle_probe.analysis.findings import DRAFT_VOCAB_COVERAGE_LOW, MISMATCH_CODES  # noqa: E402
+from eagle_probe.analysis.fingerprints import RMS_SPREAD_TOLERANCE  # noqa: E402  (one source each)
 from eagle_probe.analysis.slices import DIMENSIONS, REQUEST_DIMENSIONS  # noqa: E402
-from eagle_probe.analysis.vocab_coverage import LOW as COVERAGE_LOW, MIN_TOKENS as COVERAGE_MIN_TOKENS  # noqa: E402
+from eagle_probe.analysis.vocab_coverage import LOW as COVERAGE_LOW  # noqa: E402
+from eagle_probe.analysis.vocab_coverage import MIN_TOKENS as COVERAGE_MIN_TOKENS  # noqa: E402
 from eagle_probe.analysis.vocab_coverage import Z as COVERAGE_Z  # noqa: E402
 
 DASHBOARD_PATH = os.path.join(HERE, "eagle-probe.json")
@@ -497,7 +518,7 @@ def outputs():
 def main(argv):
     stale = []
     for path, text in outputs().items():
-        current = open(path).read() if os.path.exists(path) else None
+        current = pathlib.Path(path).read_text() if os.path.exists(path) else None
         if current != text:
             stale.append(path)
             if "--check" not in argv:

@@ -4,8 +4,9 @@ Environment variables are the only channel that reaches SGLang's spawned schedul
 """
 
 import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Mapping, NamedTuple, Optional, Tuple
+from typing import NamedTuple
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
@@ -37,9 +38,9 @@ class ConfigError(ValueError):
 @dataclass(frozen=True)
 class ProbeConfig:
     enabled: bool = True
-    log_dir: Optional[str] = None
+    log_dir: str | None = None
     log_level: str = "info"
-    metrics_port: Optional[int] = None
+    metrics_port: int | None = None
     metrics_addr: str = "127.0.0.1"  # the per-rank exporter's bind address (loopback unless said otherwise)
     summary_interval_s: float = 60.0
     fingerprint_interval_s: float = 1.0  # sampled aux fingerprints (0: off)
@@ -49,18 +50,18 @@ class ProbeConfig:
     inner_forward: str = "auto"
     # Training accuracy, in one form everywhere: per-position conditional accuracies as SpecForge logs them per TTT
     # step, (0.75, 0.62, 0.55); one per-token number is the one-position tuple (0.75,), since the last repeats.
-    draft_accuracy: Optional[Tuple[float, ...]] = None
+    draft_accuracy: tuple[float, ...] | None = None
     collapse_ratio: float = 0.6  # observed / expected mean acceptance length under this is a collapse
     collapse_min_drafts: int = 64  # request-steps a window needs before it can be judged
-    trained_layers: Optional[str] = None  # e.g. "hf:0,3,31": what the draft was trained on
-    dump_dir: Optional[str] = None  # opt-in dumps of target forwards of dump_modes (they contain token ids)
+    trained_layers: str | None = None  # e.g. "hf:0,3,31": what the draft was trained on
+    dump_dir: str | None = None  # opt-in dumps of target forwards of dump_modes (they contain token ids)
     dump_every: int = 10  # the first eligible forward of each mode, then every N-th
-    dump_ranks: Optional[Tuple[int, ...]] = (0,)  # tp ranks that write; None: all
+    dump_ranks: tuple[int, ...] | None = (0,)  # tp ranks that write; None: all
     dump_layers: str = "aux"  # aux: what the draft receives; all: also the residual stream entering every layer
     dump_max_mb: float = 256.0  # the dump directory's total
-    dump_modes: Tuple[str, ...] = ("extend",)  # target forward modes dumped: extend, target_verify
-    reference: Optional[str] = None  # a JSON file from `eagle-probe reference`: live slots are compared with it
-    draft_max_length: Optional[int] = None  # the sequence length the draft was trained on (eagle_probe.draft_dir)
+    dump_modes: tuple[str, ...] = ("extend",)  # target forward modes dumped: extend, target_verify
+    reference: str | None = None  # a JSON file from `eagle-probe reference`: live slots are compared with it
+    draft_max_length: int | None = None  # the sequence length the draft was trained on (eagle_probe.draft_dir)
 
     def to_env(self) -> dict:
         """The variables that reproduce this configuration in a child process."""
@@ -151,7 +152,7 @@ def is_loopback(address: str) -> bool:
     return ipaddress.ip_address(address).is_loopback
 
 
-def _port(env: Mapping[str, str], name: str, default: Optional[int] = None) -> Optional[int]:
+def _port(env: Mapping[str, str], name: str, default: int | None = None) -> int | None:
     return _number(env, name, default, int, lambda v: 1 <= v <= 65535, "an integer TCP port 1-65535")
 
 
@@ -167,16 +168,16 @@ def _seconds_or_zero(env: Mapping[str, str], name: str, default: float) -> float
     return _number(env, name, default, float, lambda v: 0 <= v < float("inf"), "a number of seconds >= 0")
 
 
-def _fraction(env: Mapping[str, str], name: str, default: Optional[float]) -> Optional[float]:
+def _fraction(env: Mapping[str, str], name: str, default: float | None) -> float | None:
     return _number(env, name, default, float, lambda v: 0 < v <= 1, "a number in (0, 1]")
 
 
-def format_accuracy(value: Tuple[float, ...]) -> str:
+def format_accuracy(value: tuple[float, ...]) -> str:
     """The EAGLE_PROBE_DRAFT_ACCURACY text of a parsed value."""
     return ",".join(repr(float(v)) for v in value)
 
 
-def parse_accuracy(raw: str) -> Tuple[float, ...]:
+def parse_accuracy(raw: str) -> tuple[float, ...]:
     """'0.75' -> (0.75,); '0.75,0.62,0.55' -> (0.75, 0.62, 0.55). Raises ValueError saying what is wrong."""
     import math
 
@@ -195,7 +196,7 @@ def parse_accuracy(raw: str) -> Tuple[float, ...]:
     return tuple(values)
 
 
-def _accuracy(env: Mapping[str, str], name: str, default=None) -> Optional[Tuple[float, ...]]:
+def _accuracy(env: Mapping[str, str], name: str, default=None) -> tuple[float, ...] | None:
     raw = env.get(name)
     if raw is None or raw == "":
         return default
@@ -205,7 +206,7 @@ def _accuracy(env: Mapping[str, str], name: str, default=None) -> Optional[Tuple
         raise ConfigError(name, raw, f"{DRAFT_ACCURACY_ACCEPTED} ({exc})") from None
 
 
-def _modes(env: Mapping[str, str], name: str, default: Tuple[str, ...]) -> Tuple[str, ...]:
+def _modes(env: Mapping[str, str], name: str, default: tuple[str, ...]) -> tuple[str, ...]:
     """Comma-separated choices, each once (order kept): e.g. 'extend,target_verify'."""
     raw = env.get(name)
     if raw is None or raw == "":
@@ -225,11 +226,11 @@ def _positive_int(env: Mapping[str, str], name: str, default: int) -> int:
     return _number(env, name, default, int, lambda v: v >= 1, "an integer >= 1")
 
 
-def _optional_positive_int(env: Mapping[str, str], name: str, default: Optional[int] = None) -> Optional[int]:
+def _optional_positive_int(env: Mapping[str, str], name: str, default: int | None = None) -> int | None:
     return _number(env, name, default, int, lambda v: v >= 1, "an integer >= 1 (unset: not given)")
 
 
-def _layer_spec(env: Mapping[str, str], name: str, default: Optional[str] = None) -> Optional[str]:
+def _layer_spec(env: Mapping[str, str], name: str, default: str | None = None) -> str | None:
     from .layer_spec import parse_trained_layers
 
     raw = env.get(name)
@@ -242,7 +243,7 @@ def _layer_spec(env: Mapping[str, str], name: str, default: Optional[str] = None
     return raw.strip()
 
 
-def _ranks(env: Mapping[str, str], name: str, default: Tuple[int, ...]) -> Optional[Tuple[int, ...]]:
+def _ranks(env: Mapping[str, str], name: str, default: tuple[int, ...]) -> tuple[int, ...] | None:
     raw = env.get(name)
     if raw is None or raw.strip() == "":
         return default
@@ -257,7 +258,7 @@ def _ranks(env: Mapping[str, str], name: str, default: Tuple[int, ...]) -> Optio
     return ranks
 
 
-def _directory(env: Mapping[str, str], name: str, default: Optional[str] = None) -> Optional[str]:
+def _directory(env: Mapping[str, str], name: str, default: str | None = None) -> str | None:
     """A directory path; blank would name a directory called ' ', surely by mistake."""
     raw = env.get(name)
     if raw is None or raw == "":
@@ -277,7 +278,7 @@ def read_reference(path: str) -> list:
         return parse_reference(json.load(handle))
 
 
-def _reference_file(env: Mapping[str, str], name: str, default: Optional[str] = None) -> Optional[str]:
+def _reference_file(env: Mapping[str, str], name: str, default: str | None = None) -> str | None:
     raw = env.get(name)
     if raw is None or raw == "":
         return default
@@ -296,7 +297,7 @@ class Setting(NamedTuple):
     field: str
     read: Callable  # (env, variable, default) -> value; raises ConfigError naming what it accepts
     meaning: str
-    default_text: Optional[str] = None  # how the unset default reads, where the field's value says it poorly
+    default_text: str | None = None  # how the unset default reads, where the field's value says it poorly
 
 
 def _choices(choices) -> Callable:
@@ -361,7 +362,7 @@ SETTINGS = (
 )
 
 
-def load_config(env: Optional[Mapping[str, str]] = None) -> ProbeConfig:
+def load_config(env: Mapping[str, str] | None = None) -> ProbeConfig:
     """Parse EAGLE_PROBE_* variables; raises ConfigError on the first bad one."""
     env = os.environ if env is None else env
     defaults = ProbeConfig()

@@ -21,7 +21,6 @@ import os
 import pickle
 import zipfile
 from dataclasses import dataclass
-from typing import Optional, Tuple
 
 CONFIG_MAX_BYTES = 10 * 1024 * 1024
 STATE_FILE = "training_state.pt"
@@ -128,12 +127,12 @@ def specforge_max_length(path: str) -> int:
 
 @dataclass(frozen=True)
 class TrainedLength:
-    length: Optional[int]
+    length: int | None
     source: str  # ENV_SOURCE, SPECFORGE_SOURCE, CONFIG_SOURCE or "none"
-    notes: Tuple[str, ...] = ()  # sources that were present but could not be read, and why
+    notes: tuple[str, ...] = ()  # sources that were present but could not be read, and why
 
 
-def trained_length(directory: Optional[str], config: Optional[dict], given: Optional[int] = None) -> TrainedLength:
+def trained_length(directory: str | None, config: dict | None, given: int | None = None) -> TrainedLength:
     """The draft's trained sequence length and where it came from (see the module docstring). Never raises."""
     if given is not None:
         return TrainedLength(given, ENV_SOURCE)

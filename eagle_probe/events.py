@@ -1,7 +1,7 @@
 """The stable log event names, shared by the recorder that writes them and the commands that read them back, and
 what each one is (CATALOGUE: the documentation's log-events page is generated from it)."""
 
-from typing import NamedTuple, Tuple
+from typing import NamedTuple
 
 STARTED = "eagle_probe.started"
 CONFIG_ERROR = "eagle_probe.config_error"
@@ -30,9 +30,9 @@ class Event(NamedTuple):
     'name' or 'name: what it holds'."""
 
     when: str
-    fields: Tuple[str, ...]
+    fields: tuple[str, ...]
 
-    def field_names(self) -> Tuple[str, ...]:
+    def field_names(self) -> tuple[str, ...]:
         return tuple(f.split(":", 1)[0] for f in self.fields)
 
 

@@ -19,8 +19,8 @@ The rules (the letters of notes/sglang-targets.md):
   D  plus_one_including_default  +1, and +1 on the default too: [3, n // 2 + 1, n - 2]
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Dict, List, Optional, Sequence, Tuple
 
 from . import versions
 from .versions import DEFAULT_IDS_FORMULA, PLUS_ONE_ALWAYS, PLUS_ONE_IF_FIRST_IS_ONE, Version
@@ -62,8 +62,8 @@ class Family:
     name: str  # stable key, e.g. "llama"
     label: str  # for people, e.g. "Llama (and subclasses)"
     first: Version  # first release of this row
-    last: Optional[Version]  # last release of this row (None: up to the supported maximum)
-    classes: Tuple[str, ...]  # 'module.Class' under sglang.srt.models that define the setter
+    last: Version | None  # last release of this row (None: up to the supported maximum)
+    classes: tuple[str, ...]  # 'module.Class' under sglang.srt.models that define the setter
     inner: str  # 'module.Class' of the model whose forward captures
     rule: str
     default_ids: str
@@ -73,11 +73,11 @@ class Family:
     final_capturable: bool  # position N (the final layer's output) can be captured
     tbo: str
     pp_guard: bool  # the setter returns early off the last pipeline rank (ids silently dropped there)
-    inherited: Tuple[str, ...] = ()  # subclasses that inherit the setter (read from 0.5.23; where they exist)
-    delegates: Tuple[str, ...] = ()  # classes that hand the ids unchanged to a class of this row
-    inner_setter: Optional[str] = None  # 'module.Class' whose own setter stores the positions and flags layers
+    inherited: tuple[str, ...] = ()  # subclasses that inherit the setter (read from 0.5.23; where they exist)
+    delegates: tuple[str, ...] = ()  # classes that hand the ids unchanged to a class of this row
+    inner_setter: str | None = None  # 'module.Class' whose own setter stores the positions and flags layers
     final_raises: bool = False  # position N raises IndexError in the inner setter (self.layers[N])
-    n_source: Optional[str] = "self.config.num_hidden_layers"  # where the setter reads N for the default
+    n_source: str | None = "self.config.num_hidden_layers"  # where the setter reads N for the default
     note: str = ""
 
     @property
@@ -92,7 +92,7 @@ class Family:
             span += f" to {versions.format_version(last)}"
         return span + (" (and its post releases)" if self.last is None or self.last[3] == 0 else "")
 
-    def architectures(self) -> Tuple[str, ...]:
+    def architectures(self) -> tuple[str, ...]:
         """Class names as config.json's `architectures` gives them."""
         return tuple(dict.fromkeys(d.rpartition(".")[2] for d in self.classes + self.inherited + self.delegates))
 
@@ -115,9 +115,9 @@ def _v(text: str) -> Version:
     return parsed
 
 
-def _rows(name: str, label: str, first: str, changes: Sequence[Tuple[str, dict]] = (), **fields) -> List[Family]:
+def _rows(name: str, label: str, first: str, changes: Sequence[tuple[str, dict]] = (), **fields) -> list[Family]:
     """Rows of one family: `fields` hold from `first`; each (release, overrides) of `changes` starts a new row."""
-    out: List[Family] = []
+    out: list[Family] = []
     current = dict(fields)
     starts = [(first, {})] + list(changes)
     for index, (start, overrides) in enumerate(starts):
@@ -131,7 +131,7 @@ def _rows(name: str, label: str, first: str, changes: Sequence[Tuple[str, dict]]
 
 # The releases of the supported range (final and post releases); a row's `last` is the release before the next
 # row's first.
-RELEASES: Tuple[Version, ...] = tuple(_v(t) for t in (
+RELEASES: tuple[Version, ...] = tuple(_v(t) for t in (
     "0.5.8 0.5.8.post1 0.5.9 0.5.10 0.5.10.post1 0.5.11 0.5.12 0.5.12.post1 0.5.13 0.5.13.post1 0.5.14 0.5.15 "
     "0.5.15.post1 0.5.16 0.5.17 0.5.18 0.5.19 0.5.20 0.5.21 0.5.22 0.5.23").split())
 
@@ -148,7 +148,7 @@ _GUARDED = dict(capture_how=CAPTURES_LOOP_SUM_GUARDED, embedding_capturable=True
 _A = dict(rule=RULE_PLUS_ONE, default_ids=DEFAULT_FORMULA)
 
 
-def _deepseek_rows() -> List[Family]:
+def _deepseek_rows() -> list[Family]:
     """DeepSeek-V2/V3 (+ Kimi-K2.5, GLM-MoE-DSA, Mistral-Large-3): the rule and embedding capture are
     versions.RULES' (one row per change there)."""
     base = dict(classes=("deepseek_v2.DeepseekV2ForCausalLM",), inner="deepseek_v2.DeepseekV2Model",
@@ -181,7 +181,7 @@ def _deepseek_rows() -> List[Family]:
     return out
 
 
-FAMILIES: Tuple[Family, ...] = tuple(
+FAMILIES: tuple[Family, ...] = tuple(
     _rows("llama", "Llama (and subclasses: Mistral, Phi-3, InternLM3, Llama-4 text, ...)", "0.5.8",
           [("0.5.22", _KEYWORD)],
           classes=("llama.LlamaForCausalLM",), inner="llama.LlamaModel", **_A, **_RESIDUAL, **_SUM,
@@ -271,7 +271,7 @@ FAMILIES: Tuple[Family, ...] = tuple(
 )
 
 # Classes that define the setter but have no row (yet): the probe observes them with the rule `unverified`.
-UNTABLED: Dict[str, str] = {
+UNTABLED: dict[str, str] = {
     "mindspore.MindSporeForCausalLM": "hands the ids to a MindSpore model outside SGLang's source",
     "mimo_v2_flash.MiMoV2Model": "0.5.8 only: an inner model's setter that no outer class calls",
     "qwen3_5.Qwen3_5ForCausalLM": "not proven yet (inner setter of Qwen3.5)",
@@ -284,7 +284,7 @@ UNTABLED: Dict[str, str] = {
 
 
 # Target subclasses (read from 0.5.23) that inherit the setter of an UNTABLED class: observed, rule unverified.
-UNTABLED_SUBCLASSES: Dict[str, str] = {
+UNTABLED_SUBCLASSES: dict[str, str] = {
     "bailing_moe.BailingMoeForCausalLM": "bailing_moe.BailingMoEForCausalLM",
     "bailing_moe.BailingMoeV2ForCausalLM": "bailing_moe.BailingMoEForCausalLM",
     "sarvam_moe.SarvamMoEForCausalLM": "bailing_moe.BailingMoEForCausalLM",
@@ -302,11 +302,11 @@ UNTABLED_SUBCLASSES: Dict[str, str] = {
 }
 
 
-def family_names() -> Tuple[str, ...]:
+def family_names() -> tuple[str, ...]:
     return tuple(dict.fromkeys(row.name for row in FAMILIES))
 
 
-def _release(version: Optional[Version]) -> Version:
+def _release(version: Version | None) -> Version:
     """The release whose rows describe `version` (None: the newest; outside the range: the nearest end)."""
     if version is None:
         return RELEASES[-1]
@@ -315,7 +315,7 @@ def _release(version: Optional[Version]) -> Version:
     return version if version <= RELEASES[-1][:3] + (99,) else RELEASES[-1]
 
 
-def rows_for(version: Optional[Version]) -> List[Family]:
+def rows_for(version: Version | None) -> list[Family]:
     """The rows that hold in a release (one per family present there)."""
     version = _release(version)
     out, seen = [], set()
@@ -327,12 +327,12 @@ def rows_for(version: Optional[Version]) -> List[Family]:
     return out
 
 
-def family(name: str, version: Optional[Version] = None) -> Optional[Family]:
+def family(name: str, version: Version | None = None) -> Family | None:
     """The row of family `name` for a release; None when the family is absent there."""
     return next((row for row in rows_for(version) if row.name == name), None)
 
 
-def family_for_architecture(architecture: str, version: Optional[Version] = None) -> Optional[Family]:
+def family_for_architecture(architecture: str, version: Version | None = None) -> Family | None:
     """The family row for a config.json `architectures` entry in a release; None when no row of that release
     names the class (SGLang may still serve it: see untabled(), or not serve it with EAGLE-3 at all)."""
     for row in rows_for(version):
@@ -341,12 +341,12 @@ def family_for_architecture(architecture: str, version: Optional[Version] = None
     return None
 
 
-def rows_naming(architecture: str) -> List[Family]:
+def rows_naming(architecture: str) -> list[Family]:
     """Every row, of any release, whose classes name `architecture`."""
     return [row for row in FAMILIES if architecture in row.architectures()]
 
 
-def family_for_class_names(names: Sequence[str], version: Optional[Version] = None) -> Optional[Family]:
+def family_for_class_names(names: Sequence[str], version: Version | None = None) -> Family | None:
     """The row for a class given its MRO's class names, most derived first (`[c.__name__ for c in cls.__mro__]`):
     the first name a row of the release names. For the runtime, which meets classes by object, not by config."""
     for name in names:
@@ -356,8 +356,8 @@ def family_for_class_names(names: Sequence[str], version: Optional[Version] = No
     return None
 
 
-def predicted_positions(architecture: str, version: Optional[Version], layer_ids: Optional[Sequence[int]],
-                        num_layers: int) -> Tuple[Optional[Tuple[int, ...]], str]:
+def predicted_positions(architecture: str, version: Version | None, layer_ids: Sequence[int] | None,
+                        num_layers: int) -> tuple[tuple[int, ...] | None, str]:
     """(positions, rule as applied) for a class in a release; (None, UNVERIFIED) when no row names it: the probe
     then reports what SGLang set, with the rule marked unverified, and never guesses."""
     row = family_for_architecture(architecture, version)
@@ -366,7 +366,7 @@ def predicted_positions(architecture: str, version: Optional[Version], layer_ids
     return positions(row.rule, layer_ids, num_layers)
 
 
-def untabled(architecture: str) -> Optional[str]:
+def untabled(architecture: str) -> str | None:
     """Why a class that defines (or inherits) the setter has no row, or None when it is not listed."""
     for dotted, why in UNTABLED.items():
         if dotted.rpartition(".")[2] == architecture:
@@ -377,23 +377,23 @@ def untabled(architecture: str) -> Optional[str]:
     return None
 
 
-def deepseek(version: Optional[Version] = None) -> Family:
+def deepseek(version: Version | None = None) -> Family:
     """DeepSeek's row: the default family wherever none is given (the probe's original target)."""
     row = family("deepseek_v2", version)
     assert row is not None
     return row
 
 
-def _plus_one(ids: Sequence[int]) -> Tuple[int, ...]:
+def _plus_one(ids: Sequence[int]) -> tuple[int, ...]:
     return tuple(i + 1 for i in ids)
 
 
-def default_positions(rule: str, num_layers: int) -> Tuple[int, ...]:
+def default_positions(rule: str, num_layers: int) -> tuple[int, ...]:
     base = (2, num_layers // 2, num_layers - 3)
     return _plus_one(base) if rule == RULE_PLUS_ONE_WITH_DEFAULT else base
 
 
-def positions(rule: str, layer_ids: Optional[Sequence[int]], num_layers: int) -> Tuple[Tuple[int, ...], str]:
+def positions(rule: str, layer_ids: Sequence[int] | None, num_layers: int) -> tuple[tuple[int, ...], str]:
     """What set_eagle3_layers_to_capture(layer_ids) stores under `rule`: (positions, rule as applied)."""
     if layer_ids is None:
         return default_positions(rule, num_layers), versions.DEFAULT_LAYERS + (
@@ -412,7 +412,7 @@ def positions(rule: str, layer_ids: Optional[Sequence[int]], num_layers: int) ->
     raise ValueError(f"unknown capture-id rule {rule!r}")
 
 
-def ids_to_positions(row: Family, layer_ids: Optional[Sequence[int]], num_layers: int) -> Tuple[int, ...]:
+def ids_to_positions(row: Family, layer_ids: Sequence[int] | None, num_layers: int) -> tuple[int, ...]:
     """The positions a family row's setter stores for these ids (the runtime, doctor, replay, parity use this)."""
     return positions(row.rule, layer_ids, num_layers)[0]
 
@@ -422,7 +422,7 @@ def first_release(name: str) -> Version:
     return min(row.first for row in FAMILIES if row.name == name)
 
 
-def table(version: Optional[Version] = None) -> List[dict]:
+def table(version: Version | None = None) -> list[dict]:
     """The rows of a release as plain values (`eagle-probe compat`), each with the release the family is served
     from (`since`)."""
     return [dict(row.as_dict(), since=versions.format_version(first_release(row.name))) for row in rows_for(version)]

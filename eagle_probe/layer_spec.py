@@ -1,10 +1,9 @@
 """The trained-layers notation (`hf:0,3,31`, `sglang:-1,2,30`) that EAGLE_PROBE_TRAINED_LAYERS, `run` and
 `doctor` accept. Vocabulary: config.py validates with it, so it imports nothing of analysis/."""
 
-from typing import Tuple
 
 
-def parse_trained_layers(spec: str) -> Tuple[int, ...]:
+def parse_trained_layers(spec: str) -> tuple[int, ...]:
     """'hf:0,3,31' or 'sglang:-1,2,30' (== 'layer:...') -> HF hidden_states indices.
 
     Raises ValueError naming what is wrong. The same layers in both conventions: hf = layer number + 1.

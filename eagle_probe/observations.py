@@ -1,9 +1,9 @@
 """Observations: frozen plain values, the only thing that crosses from SGLang's world into the probe. They are
 shared vocabulary: the runtime builds them, the pure analysis rules read them (without importing the runtime)."""
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Dict, NamedTuple, Optional, Sequence, Tuple
-
+from typing import NamedTuple
 
 # Labels every probe series carries: bounded per deployment (ranks, node ranks, host names).
 RANK_LABELS = ("tp_rank", "pp_rank", "dp_rank", "node_rank", "host")
@@ -15,18 +15,18 @@ class Ranks:
     swapped-in group). dp_rank is the data-parallel controller's number for the scheduler; attn_dp_rank its place in
     the attention-DP group under DP attention (the same number there)."""
 
-    tp_rank: Optional[int] = None
-    tp_size: Optional[int] = None
-    pp_rank: Optional[int] = None
-    dp_rank: Optional[int] = None
-    pp_size: Optional[int] = None
-    attn_tp_rank: Optional[int] = None
-    attn_tp_size: Optional[int] = None
-    attn_dp_rank: Optional[int] = None
-    attn_dp_size: Optional[int] = None
-    node_rank: Optional[int] = None
-    nnodes: Optional[int] = None
-    host: Optional[str] = None
+    tp_rank: int | None = None
+    tp_size: int | None = None
+    pp_rank: int | None = None
+    dp_rank: int | None = None
+    pp_size: int | None = None
+    attn_tp_rank: int | None = None
+    attn_tp_size: int | None = None
+    attn_dp_rank: int | None = None
+    attn_dp_size: int | None = None
+    node_rank: int | None = None
+    nnodes: int | None = None
+    host: str | None = None
 
     def labels(self) -> dict:
         """The series labels (RANK_LABELS); an unknown value is the empty string."""
@@ -49,20 +49,20 @@ class CaptureConfigured:
 
     model_class: str
     role: str
-    requested_ids: Optional[Tuple[int, ...]]
-    layers_to_capture: Tuple[int, ...]
+    requested_ids: tuple[int, ...] | None
+    layers_to_capture: tuple[int, ...]
     num_layers: int
-    first_k_dense_replace: Optional[int]
+    first_k_dense_replace: int | None
     start_layer: int
     end_layer: int
     is_last_pp_stage: bool
     caller: str  # qualified name of the SGLang function that made the call
     during_graph_setup: bool
-    family: Optional[str] = None  # families.py row name; None: no row names the class (rule unverified)
-    family_rule: Optional[str] = None  # the row's rule, or "unverified"; None: not known (offline predictions)
-    rule_applied: Optional[str] = None  # the rule as applied to these ids (families.positions)
+    family: str | None = None  # families.py row name; None: no row names the class (rule unverified)
+    family_rule: str | None = None  # the row's rule, or "unverified"; None: not known (offline predictions)
+    rule_applied: str | None = None  # the rule as applied to these ids (families.positions)
     # the graph runners the target's ModelRunner already held when the call returned (capture_after_graph)
-    graphs_captured: Tuple[str, ...] = ()
+    graphs_captured: tuple[str, ...] = ()
 
 
 class TargetForward(NamedTuple):
@@ -78,19 +78,19 @@ class TargetForward(NamedTuple):
     mode: str
     capturing: bool  # a CUDA graph is being captured (the stream flag or SGLang's capture mode)
     can_run_tbo: bool
-    layers_to_capture: Tuple[int, ...]
+    layers_to_capture: tuple[int, ...]
     num_layers: int
-    normal_range: Tuple[int, int]
-    tbo_range: Optional[Tuple[int, int]]
-    lost: Tuple[int, ...]
+    normal_range: tuple[int, int]
+    tbo_range: tuple[int, int] | None
+    lost: tuple[int, ...]
     tokens: int
     aux_expected: int
-    aux_returned: Optional[int]  # None when the forward raised
+    aux_returned: int | None  # None when the forward raised
     aux_format: str  # packed | list | none | error
-    aux_shape: Optional[Tuple[int, ...]]  # packed shape, or None
-    slot_widths: Tuple[int, ...]
-    dtype: Optional[str]
-    error: Optional[str] = None  # "ExcType: message" raised by SGLang (re-raised unchanged)
+    aux_shape: tuple[int, ...] | None  # packed shape, or None
+    slot_widths: tuple[int, ...]
+    dtype: str | None
+    error: str | None = None  # "ExcType: message" raised by SGLang (re-raised unchanged)
 
     @property
     def path(self) -> str:
@@ -109,41 +109,41 @@ class DraftLoaded:
     """An EAGLE-3 draft after load_weights: its configuration and what the checkpoint held."""
 
     model_class: str
-    eagle_layer_ids: Optional[Tuple[int, ...]]
-    use_aux_hidden_state: Optional[bool]
-    target_hidden_size: Optional[int]
-    draft_hidden_size: Optional[int]
-    num_aux: Optional[int]
-    fc_in: Optional[int]
-    fc_out: Optional[int]
+    eagle_layer_ids: tuple[int, ...] | None
+    use_aux_hidden_state: bool | None
+    target_hidden_size: int | None
+    draft_hidden_size: int | None
+    num_aux: int | None
+    fc_in: int | None
+    fc_out: int | None
     norm_before_fc: bool
     fc_norm: bool
     norm_output: bool
-    draft_vocab_size: Optional[int]
+    draft_vocab_size: int | None
     lm_head_from_target: bool
     checkpoint_tensors: int
-    dropped: Tuple[str, ...]
-    ignored: Tuple[str, ...]  # skipped by SGLang on purpose (t2d), not a loss
+    dropped: tuple[str, ...]
+    ignored: tuple[str, ...]  # skipped by SGLang on purpose (t2d), not a loss
     embed_in_checkpoint: bool
     lm_head_in_checkpoint: bool
-    embed_rel_diff: Optional[float] = None  # the checkpoint's embed_tokens against the target's (None: not compared)
+    embed_rel_diff: float | None = None  # the checkpoint's embed_tokens against the target's (None: not compared)
     embed_compare: str = ""  # how it was compared, or why not
-    target_vocab_size: Optional[int] = None  # the config's vocab_size: the target's vocabulary the draft serves
-    d2t_size: Optional[int] = None  # entries of the checkpoint's d2t map (None: the checkpoint has none)
-    d2t_problems: Optional[dict] = None  # analysis.vocab_map.map_problems of that map (None: not computed)
+    target_vocab_size: int | None = None  # the config's vocab_size: the target's vocabulary the draft serves
+    d2t_size: int | None = None  # entries of the checkpoint's d2t map (None: the checkpoint has none)
+    d2t_problems: dict | None = None  # analysis.vocab_map.map_problems of that map (None: not computed)
     # The ids the draft class sized its fc from and where it read them (analysis.draft_ids: eagle_config,
     # top_level, num_aux_hidden_states, default); eagle_layer_ids above are the ones the target is given.
-    ids_read: Optional[Tuple[int, ...]] = None
+    ids_read: tuple[int, ...] | None = None
     ids_read_from: str = ""
     # Forward keys of the draft config this release's class ignores (analysis.draft_config_keys): (written key, value
     # as JSON text, reason); the release they were judged against; where the config was read (or why not).
-    config_ignored: Tuple[Tuple[str, str, str], ...] = ()
-    sglang_release: Optional[str] = None
+    config_ignored: tuple[tuple[str, str, str], ...] = ()
+    sglang_release: str | None = None
     config_source: str = ""
     # The draft's trained sequence length (eagle_probe.draft_dir) and where it came from, with any fallback notes.
-    trained_length: Optional[int] = None
+    trained_length: int | None = None
     trained_length_source: str = ""
-    trained_length_notes: Tuple[str, ...] = ()
+    trained_length_notes: tuple[str, ...] = ()
 
 
 class DraftForward(NamedTuple):
@@ -152,14 +152,14 @@ class DraftForward(NamedTuple):
     model_class: str
     mode: str
     capturing: bool
-    aux_width: Optional[int]  # width of spec_info.hidden_states coming from the target
+    aux_width: int | None  # width of spec_info.hidden_states coming from the target
     embed_width: int
-    fc_in: Optional[int]
+    fc_in: int | None
     fc_ran: bool  # SGLang runs fc only when aux_width != embed_width
-    num_aux: Optional[int]
-    target_hidden_size: Optional[int]
+    num_aux: int | None
+    target_hidden_size: int | None
     tokens: int
-    error: Optional[str] = None
+    error: str | None = None
 
     @property
     def path(self) -> str:
@@ -172,21 +172,21 @@ class DraftForward(NamedTuple):
 class VerifyStep(NamedTuple):
     """Accepted draft tokens (bonus excluded) per live request of one verify step, read on the CPU."""
 
-    accepted: Tuple[int, ...]
+    accepted: tuple[int, ...]
     positions: int  # the step's own draft depth: its speculative steps (adaptive: the steps it ran), a tree's depth
     source: str = ""  # the SGLang function whose result was read (the release's acceptance hook)
     # For acceptance by slice (runtime/slice_counter.py), read per request off the hot path:
     reqs: Sequence = ()  # the requests of `accepted`, in order (a list of the step's own: SGLang's Req objects)
     batch_size: int = 0  # requests in the verify step before finished ones were left out
-    graph: Optional[bool] = None  # the verify forward ran as a CUDA graph (None: not known)
+    graph: bool | None = None  # the verify forward ran as a CUDA graph (None: not known)
     proposed: int = 0  # drafts proposed per request: a tree's nodes after its root (0: a chain, `positions`)
 
 
 class RequestFinished(NamedTuple):
     """A finished request's traffic classes and accepted drafts, read in SGLang's HTTP server process."""
 
-    classes: Tuple[Tuple[str, str], ...]  # (dimension, bucket): its entry point, a bucket per allowed custom label
-    lengths: Dict[int, int]  # accepted drafts (0..positions) -> its verify steps that accepted that many
+    classes: tuple[tuple[str, str], ...]  # (dimension, bucket): its entry point, a bucket per allowed custom label
+    lengths: dict[int, int]  # accepted drafts (0..positions) -> its verify steps that accepted that many
     positions: int  # draft positions along the chain (speculative steps)
 
 
@@ -195,7 +195,7 @@ class AuxFingerprint(NamedTuple):
 
     role: str
     slot: int
-    capture_index: Optional[int]  # None for the draft's input (the draft does not know the layer)
+    capture_index: int | None  # None for the draft's input (the draft does not know the layer)
     mode: str
     step: int  # the model's forward count in this process (equal across TP ranks for the same forward)
     tokens: int
@@ -204,7 +204,7 @@ class AuxFingerprint(NamedTuple):
     mean: float
     absmax: float
     nonfinite: int
-    signature: Tuple[float, ...]
+    signature: tuple[float, ...]
 
 
 @dataclass(frozen=True)
@@ -212,7 +212,7 @@ class DraftVocabulary:
     """The target ids an EAGLE-3 draft can propose, known once its weights are loaded (analysis.vocab_coverage)."""
 
     model_class: str
-    draft_vocab_size: Optional[int]
-    target_vocab_size: Optional[int]
+    draft_vocab_size: int | None
+    target_vocab_size: int | None
     map_kind: str  # vocab_coverage.MAP_FULL, MAP_D2T or MAP_NONE
-    hot_ids: Optional[Tuple[int, ...]]  # the target ids it can propose (None: every id)
+    hot_ids: tuple[int, ...] | None  # the target ids it can propose (None: every id)

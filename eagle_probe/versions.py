@@ -24,9 +24,8 @@ Where each rule changes (first release with the new behaviour):
 
 import re
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple
 
-Version = Tuple[int, int, int, int]  # (major, minor, micro, post)
+Version = tuple[int, int, int, int]  # (major, minor, micro, post)
 
 # Capture-id rules: how set_eagle3_layers_to_capture(ids) turns ids into layers_to_capture.
 PLUS_ONE_ALWAYS = "plus_one_always"  # [id + 1 for id in ids]
@@ -51,7 +50,7 @@ REQ_MODULE = "sglang.srt.managers.schedule_batch"
 RETRACT_HOOK = "Req.reset_for_retract"
 
 
-def parse_version(text: str) -> Optional[Version]:
+def parse_version(text: str) -> Version | None:
     """'0.5.8.post1' -> (0, 5, 8, 1); None when it is not a plain release number."""
     match = re.fullmatch(r"(\d+)\.(\d+)\.(\d+)(?:\.post(\d+))?(?:[+.-].*)?", text.strip())
     if not match:
@@ -76,10 +75,10 @@ class AcceptanceHook:
     read: str  # what to read after it returns: "return[1].<field>" or "result.<field>" (argument)
     field: str  # per-request accepted count (list of int on the CPU)
     includes_bonus: bool  # False: accepted drafts only; the bonus (target-sampled) token is not counted
-    field_owner: Optional[Tuple[str, str]] = None  # (module, class) declaring `field`, for return values
+    field_owner: tuple[str, str] | None = None  # (module, class) declaring `field`, for return values
     # The step's committed tokens (accepted drafts and bonus) on the v1 worker: a field of `field_owner`, a 1-D device
     # tensor; None: the hook returns them per request as lists of ints (every v2 resolver)
-    tokens_field: Optional[str] = None
+    tokens_field: str | None = None
 
     @property
     def target(self) -> str:
@@ -132,12 +131,12 @@ class VersionRules:
     embedding_capturable: bool  # capture index 0 works (before 0.5.14: hidden + None -> TypeError)
     verified: bool  # exercised on real code here (see `tested`), not only read from the wheels
     # SGLang functions that call set_eagle3_layers_to_capture() with no ids during graph set-up
-    graph_setup_callers: Tuple[str, ...] = ()
+    graph_setup_callers: tuple[str, ...] = ()
     default_ids: str = DEFAULT_IDS_FORMULA
     capture_flag_module: str = "sglang.srt.model_executor.runner_utils.capture_mode"  # get_is_capture_mode()
     tbo_helper: str = "model_forward_stages"  # name imported into sglang.srt.models.deepseek_v2
-    acceptance: Tuple[AcceptanceHook, ...] = ()
-    spec_v2_default: Optional[bool] = None  # SGLANG_ENABLE_SPEC_V2's default; None: no switch (v2 only)
+    acceptance: tuple[AcceptanceHook, ...] = ()
+    spec_v2_default: bool | None = None  # SGLANG_ENABLE_SPEC_V2's default; None: no switch (v2 only)
     rank_source: str = RANKS_RUNTIME_CONTEXT
     dp_rank_from_dp_attention: bool = False  # sglang.srt.layers.dp_attention.get_attention_dp_rank exists
     draft_reads_num_aux: bool = True  # EAGLE-3 draft's fc is H * num_aux_hidden_states (else H * 3)
@@ -145,8 +144,8 @@ class VersionRules:
     # middleware): the probe's series there go through SGLang, never through a second endpoint (runtime/sinks/endpoint)
     other_nodes_serve_metrics: bool = True
     # modules that integrations target but this release does not have (their targets are skipped)
-    absent_modules: Tuple[str, ...] = ()
-    tested: Optional[str] = None  # the release of this row that the real-SGLang tests run
+    absent_modules: tuple[str, ...] = ()
+    tested: str | None = None  # the release of this row that the real-SGLang tests run
     # EagleDraftWorker's hand-off methods take (batch, target_hidden_states) / (batch, batch_result) (values there)
     worker_boundary: bool = False
     graph_entries: bool = False  # the graph runners' execute entry points of GRAPH_ENTRIES exist
@@ -259,11 +258,11 @@ SUPPORTED_RANGE_TEXT = f"{format_version(SUPPORTED_MIN)} to {format_version(SUPP
 DEEPSEEK_V2 = "sglang.srt.models.deepseek_v2"
 
 
-def is_supported(version: Optional[Version]) -> bool:
+def is_supported(version: Version | None) -> bool:
     return version is not None and SUPPORTED_MIN <= version <= SUPPORTED_MAX[:3] + (99,)
 
 
-def rules_for(version: Optional[Version]) -> VersionRules:
+def rules_for(version: Version | None) -> VersionRules:
     """Rules for a release; outside the range the nearest end of the table is used."""
     if version is None:
         return RULES[-1]
@@ -282,7 +281,7 @@ def rules_range_text(rules: VersionRules) -> str:
     return f"{rules.first_text} to {format_version(SUPPORTED_MAX)} (and its post releases)"
 
 
-def acceptance_hook(target: str, rules: Optional[VersionRules] = None) -> Optional[AcceptanceHook]:
+def acceptance_hook(target: str, rules: VersionRules | None = None) -> AcceptanceHook | None:
     """The table's acceptance hook for a dotted target ('module.Class.method') under `rules`
     (default: the installed release's), e.g. to read `hook.field` in a wrapper; None if not a hook there."""
     if rules is None:
@@ -304,7 +303,7 @@ def rule_since(rules: VersionRules, name: str) -> Version:
     return RULES[index].first
 
 
-def acceptance_targets() -> Tuple[Tuple[str, str, str], ...]:
+def acceptance_targets() -> tuple[tuple[str, str, str], ...]:
     """(module, qualname, worker) of every acceptance hook any row names, in table order: what to wrap."""
     seen = {}
     for rules in RULES:
@@ -313,7 +312,7 @@ def acceptance_targets() -> Tuple[Tuple[str, str, str], ...]:
     return tuple((module, qualname, worker) for (module, qualname), worker in seen.items())
 
 
-def acceptance_field(target: str, rules: VersionRules, attr: str = "field") -> Optional[str]:
+def acceptance_field(target: str, rules: VersionRules, attr: str = "field") -> str | None:
     """The field to read at hook `target` under `rules` (attr "tokens_field": where its committed tokens are); for
     a release whose row does not name that hook (it is there anyway), the field of the newest row that does. None if
     no row names it."""
@@ -327,9 +326,9 @@ def acceptance_field(target: str, rules: VersionRules, attr: str = "field") -> O
     return None
 
 
-def version_specific_targets() -> Dict[str, List[VersionRules]]:
+def version_specific_targets() -> dict[str, list[VersionRules]]:
     """Dotted names the table places in some rows only -> the rows that have them."""
-    out: Dict[str, List[VersionRules]] = {}
+    out: dict[str, list[VersionRules]] = {}
     for rules in RULES:
         names = [h.target for h in rules.acceptance] + list(rules.graph_setup_callers)
         names += [f"{DEEPSEEK_V2}.{rules.tbo_helper}", f"{rules.capture_flag_module}.get_is_capture_mode"]
@@ -357,12 +356,12 @@ def graph_setup_callers() -> frozenset:
     return frozenset(caller for rules in RULES for caller in rules.graph_setup_callers)
 
 
-def capture_flag_modules() -> Tuple[str, ...]:
+def capture_flag_modules() -> tuple[str, ...]:
     """Homes of SGLang's get_is_capture_mode(), newest first (for code that looks in sys.modules)."""
     return tuple(dict.fromkeys(rules.capture_flag_module for rules in reversed(RULES)))
 
 
-def installed_sglang_version() -> Optional[str]:
+def installed_sglang_version() -> str | None:
     try:
         from importlib.metadata import PackageNotFoundError, version
     except ImportError:  # pragma: no cover - Python < 3.8

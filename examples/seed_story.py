@@ -28,6 +28,7 @@ import subprocess
 import sys
 
 from example_common import ROOT, eagle_probe_command, parse_args  # first: it puts the checkout on sys.path
+
 from eagle_probe.bootstrap import BOOTSTRAP_DIR
 from eagle_probe.commands.summarize.logread import read_events
 from sglang_cpu import seed

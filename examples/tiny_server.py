@@ -16,6 +16,7 @@ import os
 import sys
 
 from example_common import eagle_probe_command, parse_args  # first: it puts the checkout on sys.path
+
 from eagle_probe.commands.summarize.logread import read_events
 from eagle_probe.commands.summarize.report import build_report, render_text
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Callable, Dict, Optional, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -48,11 +48,11 @@ DEFAULT_LAYER_IDS = (1, 3, 4)
 def eagle3_draft_config(
     target_config,
     *,
-    layer_ids: Optional[Sequence[int]] = DEFAULT_LAYER_IDS,
-    hidden_size: Optional[int] = None,
-    target_hidden_size: Optional[int] = None,
-    num_aux: Optional[int] = None,
-    draft_vocab_size: Optional[int] = None,
+    layer_ids: Sequence[int] | None = DEFAULT_LAYER_IDS,
+    hidden_size: int | None = None,
+    target_hidden_size: int | None = None,
+    num_aux: int | None = None,
+    draft_vocab_size: int | None = None,
     num_attention_heads: int = 4,
     intermediate_size: int = 128,
     **overrides,
@@ -109,7 +109,7 @@ def _fc_in(config: dict) -> int:
     return int(h_in) * int(k)
 
 
-def random_eagle3_draft_state(config: dict, seed: int = 0, zero_lm_head: bool = False) -> Dict[str, torch.Tensor]:
+def random_eagle3_draft_state(config: dict, seed: int = 0, zero_lm_head: bool = False) -> dict[str, torch.Tensor]:
     """Random weights with the on-disk names of a real EAGLE-3 draft checkpoint."""
     g = torch.Generator().manual_seed(seed)
     h = config["hidden_size"]
@@ -144,7 +144,7 @@ def write_eagle3_draft_checkpoint(
     config: dict,
     seed: int = 0,
     zero_lm_head: bool = False,
-    state: Optional[Dict[str, torch.Tensor]] = None,
+    state: dict[str, torch.Tensor] | None = None,
 ) -> str:
     """config.json + model.safetensors of a draft; ``state`` overrides/extends the random weights."""
     from safetensors.torch import save_file

@@ -12,15 +12,15 @@ post_attention_layernorm}``, ``fc``, ``norm``, ``embed_tokens``, ``lm_head`` (al
 from __future__ import annotations
 
 import os
-from typing import Dict, Optional, Sequence
+from collections.abc import Sequence
 
 import torch
 
 KIMI_DRAFT = "Eagle3DeepseekV2ForCausalLM"
 
 
-def kimi_draft_config(*, eagle_ids: Optional[Sequence[int]] = None, top_level_ids: Optional[Sequence[int]] = None,
-                      draft_vocab_size: Optional[int] = 64, vocab_size: int = 256, hidden_size: int = 64, **overrides):
+def kimi_draft_config(*, eagle_ids: Sequence[int] | None = None, top_level_ids: Sequence[int] | None = None,
+                      draft_vocab_size: int | None = 64, vocab_size: int = 256, hidden_size: int = 64, **overrides):
     """A transformers DeepseekV3Config for a one-layer Kimi MLA draft: ids in ``eagle_config`` and/or at the top
     level, as a checkpoint's config.json may carry them."""
     from sglang_cpu.tiny_models import deepseek_v3_config
@@ -35,7 +35,7 @@ def kimi_draft_config(*, eagle_ids: Optional[Sequence[int]] = None, top_level_id
                               hidden_size=hidden_size, **extra)
 
 
-def kimi_draft_state(config, num_aux: int, seed: int = 0) -> Dict[str, torch.Tensor]:
+def kimi_draft_state(config, num_aux: int, seed: int = 0) -> dict[str, torch.Tensor]:
     """Random weights under the checkpoint's names, for ``num_aux`` aux states of width target_hidden_size."""
     gen = torch.Generator().manual_seed(seed)
     h, heads = config.hidden_size, config.num_attention_heads
@@ -68,7 +68,7 @@ def kimi_draft_state(config, num_aux: int, seed: int = 0) -> Dict[str, torch.Ten
     }
 
 
-def build_kimi_draft(config, state: Dict[str, torch.Tensor]):
+def build_kimi_draft(config, state: dict[str, torch.Tensor]):
     """SGLang's real Eagle3DeepseekV2ForCausalLM for ``config``, its weights passed through its own load_weights
     (as the model loader does: (name, tensor) pairs)."""
     from sglang_cpu.runtime import init_runtime
@@ -81,7 +81,7 @@ def build_kimi_draft(config, state: Dict[str, torch.Tensor]):
     return model
 
 
-def write_kimi_draft_checkpoint(path, config, state: Dict[str, torch.Tensor]) -> str:
+def write_kimi_draft_checkpoint(path, config, state: dict[str, torch.Tensor]) -> str:
     """config.json + model.safetensors of a Kimi MLA draft, as ``--speculative-draft-model-path`` takes it."""
     from safetensors.torch import save_file
 

@@ -39,8 +39,8 @@ mask is the causal mask; trees are out of scope on the CPU anyway (see the note)
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import List, Optional, Sequence
 
 from sglang_cpu import shims
 from sglang_cpu.ports import process_port
@@ -129,7 +129,7 @@ def clear_aux_capture(model) -> None:
     model.model.layers_to_capture = []
 
 
-def aux_slots(output, hidden_size: int) -> List[torch.Tensor]:
+def aux_slots(output, hidden_size: int) -> list[torch.Tensor]:
     """Split a FULL-capture LogitsProcessorOutput.hidden_states ([T, K*H], SGLang 0.5.23's
     packed aux layout for DeepSeek) into the K per-layer tensors [T, H], in capture order."""
     return list(output.hidden_states.split(hidden_size, dim=-1))
@@ -150,7 +150,7 @@ class Request:
 
     pool_index: int
     generation: int  # the runner's reset count when it was made; stale after a reset
-    tokens: List[int] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
 
     @property
     def seq_len(self) -> int:
@@ -245,8 +245,8 @@ class TinyBatchRunner:
     def reset(self) -> None:
         """Forget every request and KV slot (the KV tensors are simply overwritten later)."""
         self._generation += 1
-        self.requests: List[Request] = []
-        self.last_requests: List[Request] = []
+        self.requests: list[Request] = []
+        self.last_requests: list[Request] = []
         self._next_pool_index = 1  # row 0 is ReqToTokenPool's padding row
         self._next_slot = 1  # slot 0 is the KV pool's dummy slot for padded tokens
 
@@ -265,7 +265,7 @@ class TinyBatchRunner:
         self.requests.append(req)
         return req
 
-    def _live(self, requests) -> List[Request]:
+    def _live(self, requests) -> list[Request]:
         reqs = list(requests if requests is not None else self.last_requests)
         if not reqs or any(r.generation != self._generation for r in reqs):
             raise RuntimeError("TinyBatchRunner: no live requests (run extend() after reset())")
@@ -278,7 +278,7 @@ class TinyBatchRunner:
         token_lists: Sequence[Sequence[int]],
         *,
         capture_hidden_mode=None,
-        tbo_split_seq_index: Optional[int] = None,
+        tbo_split_seq_index: int | None = None,
         **forward_batch_fields,
     ):
         """EXTEND: fresh prefill of new requests (no cached prefix). Returns the model's
@@ -321,10 +321,10 @@ class TinyBatchRunner:
     def decode(
         self,
         next_tokens: Sequence[int],
-        requests: Optional[Sequence[Request]] = None,
+        requests: Sequence[Request] | None = None,
         *,
         capture_hidden_mode=None,
-        tbo_split_seq_index: Optional[int] = None,
+        tbo_split_seq_index: int | None = None,
         **forward_batch_fields,
     ):
         """DECODE: one new token per request (default: the last EXTEND's requests);
@@ -360,10 +360,10 @@ class TinyBatchRunner:
     def target_verify(
         self,
         draft_tokens: Sequence[Sequence[int]],
-        requests: Optional[Sequence[Request]] = None,
+        requests: Sequence[Request] | None = None,
         *,
         capture_hidden_mode=None,
-        tbo_split_seq_index: Optional[int] = None,
+        tbo_split_seq_index: int | None = None,
         **forward_batch_fields,
     ):
         """TARGET_VERIFY of a chain draft: `draft_tokens[i]` (n tokens, the same n for every

@@ -26,8 +26,11 @@ def init_runtime(torch_compile: bool = False, **server_args_overrides) -> None:
         return
     if not torch_compile:
         torch._dynamo.config.disable = True
-    from sglang.srt.distributed.parallel_state import (init_distributed_environment, initialize_model_parallel,
-                                                       model_parallel_is_initialized)
+    from sglang.srt.distributed.parallel_state import (
+        init_distributed_environment,
+        initialize_model_parallel,
+        model_parallel_is_initialized,
+    )
     from sglang.srt.layers.dp_attention import initialize_dp_attention
     from sglang.srt.layers.moe import initialize_moe_config
     from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler

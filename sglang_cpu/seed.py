@@ -32,7 +32,7 @@ import json
 import os
 import random
 import shutil
-from typing import List, Optional, Sequence, Tuple
+from collections.abc import Sequence
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WEIGHTS_DIR = os.path.join(ROOT, "examples", "seed", "weights")
@@ -78,11 +78,11 @@ TRAIN_SEQ_LEN = 40
 def key_token(map_a: int, map_b: int) -> int:
     """The key whose A tokens follow A_TO_B[map_a] and whose B tokens follow B_TO_A[map_b]."""
     if not (0 <= map_a < NUM_MAPS and 0 <= map_b < NUM_MAPS):
-        raise ValueError("maps are 0..%d" % (NUM_MAPS - 1))
+        raise ValueError(f"maps are 0..{NUM_MAPS - 1}")
     return KEY0 + map_a * NUM_MAPS + map_b
 
 
-def key_maps(key: int) -> Tuple[int, int]:
+def key_maps(key: int) -> tuple[int, int]:
     k = int(key) - KEY0
     if not 0 <= k < NUM_KEYS:
         raise ValueError(f"{key} is not a key token")
@@ -103,7 +103,7 @@ def next_token(key: int, token: int) -> int:
     raise ValueError(f"{token} is not a data token")
 
 
-def sequence(key: int, first: int, length: int) -> List[int]:
+def sequence(key: int, first: int, length: int) -> list[int]:
     """``[key, first, next, ...]`` of ``length`` tokens."""
     seq = [int(key), int(first)]
     while len(seq) < length:
@@ -111,7 +111,7 @@ def sequence(key: int, first: int, length: int) -> List[int]:
     return seq[:length]
 
 
-def continuation(prompt: Sequence[int], max_new_tokens: int = MAX_NEW_TOKENS) -> List[int]:
+def continuation(prompt: Sequence[int], max_new_tokens: int = MAX_NEW_TOKENS) -> list[int]:
     """What a perfect model generates greedily after ``prompt`` (a prefix of a sequence of the language)."""
     key, out, last = prompt[0], [], prompt[-1]
     for _ in range(max_new_tokens):
@@ -121,7 +121,7 @@ def continuation(prompt: Sequence[int], max_new_tokens: int = MAX_NEW_TOKENS) ->
 
 
 def make_prompts(count: int = 8, seed: int = 1234, length: int = PROMPT_LEN,
-                 horizon: int = PROMPT_LEN + MAX_NEW_TOKENS + NUM_STEPS + 1) -> List[List[int]]:
+                 horizon: int = PROMPT_LEN + MAX_NEW_TOKENS + NUM_STEPS + 1) -> list[list[int]]:
     """Prompts of the language with distinct keys whose first ``horizon`` tokens repeat no data token (so neither
     model can copy an earlier continuation); random first tokens from both alphabets."""
     rng = random.Random(seed)
@@ -148,7 +148,7 @@ def load_record(path: str = RECORD_PATH) -> dict:
         return json.load(f)
 
 
-def capture_indices(ids: Optional[Sequence[int]], num_layers: int = NUM_LAYERS) -> Tuple[int, ...]:
+def capture_indices(ids: Sequence[int] | None, num_layers: int = NUM_LAYERS) -> tuple[int, ...]:
     """What SGLang 0.5.23 captures for eagle_config ids (None: its default), via the probe's version table."""
     from eagle_probe.analysis.layers import apply_capture_rule
     from eagle_probe.versions import PLUS_ONE_IF_FIRST_IS_ONE
@@ -157,7 +157,7 @@ def capture_indices(ids: Optional[Sequence[int]], num_layers: int = NUM_LAYERS) 
     return tuple(int(i) for i in indices)
 
 
-def write_draft_copy(dest: str, layer_ids: Optional[Sequence[int]], source: str = DRAFT_PATH) -> str:
+def write_draft_copy(dest: str, layer_ids: Sequence[int] | None, source: str = DRAFT_PATH) -> str:
     """Copy the committed draft checkpoint to ``dest`` with ``eagle_config.eagle_aux_hidden_state_layer_ids`` set to
     ``layer_ids`` (SGLang's id convention; None drops the key, so SGLang uses its default). Weights are unchanged:
     the fc still expects 3 aux states of width 64."""
@@ -207,14 +207,14 @@ def write_compact_draft(dest: str, layer_ids: Sequence[int], keep_map: bool, sou
     return dest
 
 
-def server_args(draft_path: str, num_steps: int = NUM_STEPS) -> List[str]:
+def server_args(draft_path: str, num_steps: int = NUM_STEPS) -> list[str]:
     """launch_server args (on top of SGLangServer's CPU base args) for the pair: greedy chain, topk 1."""
     from sglang_cpu.draft_models import spec_server_args
 
     return spec_server_args(draft_path, num_steps=num_steps)
 
 
-def server(draft_path: str, *, log_path: Optional[str] = None, env: Optional[dict] = None,
+def server(draft_path: str, *, log_path: str | None = None, env: dict | None = None,
            pythonpath_prefix: Sequence[str] = (), extra_args: Sequence[str] = (), num_steps: int = NUM_STEPS,
            target_path: str = TARGET_PATH):
     """An (unstarted) ``SGLangServer`` serving the committed target with the draft at ``draft_path``: the CPU
@@ -226,7 +226,7 @@ def server(draft_path: str, *, log_path: Optional[str] = None, env: Optional[dic
                         env={**SPEC_ENV, **(env or {})}, pythonpath_prefix=pythonpath_prefix, log_path=log_path)
 
 
-def generate_all(srv, prompts: Sequence[Sequence[int]] = None, max_new_tokens: int = MAX_NEW_TOKENS) -> List[dict]:
+def generate_all(srv, prompts: Sequence[Sequence[int]] = None, max_new_tokens: int = MAX_NEW_TOKENS) -> list[dict]:
     """Greedy /generate for every prompt (one at a time); the decoded JSON answers (output_ids, meta_info)."""
     return [srv.generate_raw(p, max_new_tokens=max_new_tokens) for p in (PROMPTS if prompts is None else prompts)]
 

@@ -220,7 +220,7 @@ class SGLangServer:
 
     def _launch_and_wait(self, t0, timeout):
         os.makedirs(os.path.dirname(os.path.abspath(self.log_path)), exist_ok=True)
-        self._log_file = open(self.log_path, "ab")
+        self._log_file = open(self.log_path, "ab")  # noqa: SIM115  (the server's output, closed at stop)
         log_start = self._log_file.tell()
         self.proc = subprocess.Popen(
             self.command(),

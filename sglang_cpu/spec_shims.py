@@ -140,8 +140,8 @@ def _tree_verify_extend(backend, q, k, v, layer, forward_batch, save_kv_cache=Tr
     req_to_token[:seq_len] and, among the n verify slots req_to_token[seq_len:seq_len + n] (the window
     EagleVerifyInput.generate_attn_arg_prefill hands SGLang's GPU backends), only its tree ancestors and itself."""
     import torch
-    from torch.nn.functional import scaled_dot_product_attention
     from sglang.srt.mem_cache.memory_pool import KVWriteLoc
+    from torch.nn.functional import scaled_dot_product_attention
 
     o = (q.new_empty((q.shape[0], layer.tp_q_head_num * layer.v_head_dim)) if layer.qk_head_dim != layer.v_head_dim
          else torch.empty_like(q))

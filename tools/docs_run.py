@@ -43,7 +43,8 @@ def start_prometheus(root: str, port: int, target: str) -> subprocess.Popen:
         raise SystemExit("prometheus is not installed (run scripts/system-deps.sh as root)")
     proc = subprocess.Popen([binary, f"--config.file={config}", f"--storage.tsdb.path={root}/tsdb",
                              f"--web.listen-address=127.0.0.1:{port}"],
-                            stdout=open(os.path.join(root, "prometheus.log"), "wb"), stderr=subprocess.STDOUT)
+                            stdout=open(os.path.join(root, "prometheus.log"), "wb"),  # noqa: SIM115
+                            stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:

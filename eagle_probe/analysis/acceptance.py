@@ -20,17 +20,18 @@ which for one number is 1 + a + a^2 + ... + a^n, as before.
 """
 
 from collections import Counter
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+from collections.abc import Sequence
+from typing import NamedTuple
 
 Accuracy = Sequence[float]  # per-position conditional accuracies; the last repeats past its end
 
 
-def subtract_counts(now: Dict[int, int], before: Dict[int, int]) -> Dict[int, int]:
+def subtract_counts(now: dict[int, int], before: dict[int, int]) -> dict[int, int]:
     """Per-length counts added since `before` (both cumulative)."""
     return {length: count - before.get(length, 0) for length, count in now.items() if count != before.get(length, 0)}
 
 
-def conditional_accuracies(draft_accuracy: Accuracy, positions: int) -> List[float]:
+def conditional_accuracies(draft_accuracy: Accuracy, positions: int) -> list[float]:
     """The conditional accuracy at each of `positions` draft positions (the last number repeats past its end)."""
     values = [float(v) for v in draft_accuracy]
     if not values:
@@ -38,7 +39,7 @@ def conditional_accuracies(draft_accuracy: Accuracy, positions: int) -> List[flo
     return [values[min(k, len(values) - 1)] for k in range(positions)]
 
 
-def expected_per_position_rate(draft_accuracy: Accuracy, positions: int) -> List[float]:
+def expected_per_position_rate(draft_accuracy: Accuracy, positions: int) -> list[float]:
     """P(draft position k accepted) = a_1 * ... * a_k: comparable with AcceptanceWindow.per_position_rate."""
     rates, product = [], 1.0
     for accuracy in conditional_accuracies(draft_accuracy, positions):
@@ -53,7 +54,7 @@ def expected_mean_length(draft_accuracy: Accuracy, positions: int) -> float:
     return 1.0 + sum(expected_per_position_rate(draft_accuracy, positions))
 
 
-def expected_mean_length_mixed(draft_accuracy: Accuracy, depth_mix: Dict[int, int]) -> Optional[float]:
+def expected_mean_length_mixed(draft_accuracy: Accuracy, depth_mix: dict[int, int]) -> float | None:
     """Expected tokens per request-step when request-steps ran at several depths ({depth: request-steps}): each at
     its own depth, weighted by its share. For a tree (topk > 1) it is a lower bound: a chain accuracy says how often
     the top proposal is right, and a tree also accepts a lower-ranked one."""
@@ -70,7 +71,7 @@ def describe_accuracy(draft_accuracy: Accuracy) -> str:
     return "per-position (conditional) training accuracies " + ", ".join(f"{v:g}" for v in draft_accuracy)
 
 
-def accuracy_for_mean_length(expected: float, positions: int) -> Optional[float]:
+def accuracy_for_mean_length(expected: float, positions: int) -> float | None:
     """The one per-token accuracy whose expected mean length over `positions` is `expected` (bisection); None when
     no accuracy in (0, 1] gives it. Used when a log carries only expected_mean_accept_length."""
     if positions < 1 or not 1.0 < expected <= 1.0 + positions:
@@ -92,8 +93,8 @@ class Tally(NamedTuple):
     step)."""
 
     steps: int = 0
-    counts: Dict[Tuple[int, int], int] = {}
-    depth_steps: Dict[int, int] = {}
+    counts: dict[tuple[int, int], int] = {}
+    depth_steps: dict[int, int] = {}
     proposed: int = 0
 
     def minus(self, before: "Tally") -> "Tally":
@@ -101,9 +102,9 @@ class Tally(NamedTuple):
                      subtract_counts(self.depth_steps, before.depth_steps), self.proposed - before.proposed)
 
 
-def depth_counts(raw_lengths: Dict[int, int], positions: int) -> Dict[Tuple[int, int], int]:
+def depth_counts(raw_lengths: dict[int, int], positions: int) -> dict[tuple[int, int], int]:
     """Requests per accepted length of steps that all drafted `positions` deep, keyed as Tally.counts."""
-    out: Dict[Tuple[int, int], int] = {}
+    out: dict[tuple[int, int], int] = {}
     for length, count in raw_lengths.items():
         key = (positions, min(max(int(length), 0), positions))
         out[key] = out.get(key, 0) + count
@@ -148,7 +149,7 @@ class AcceptanceWindow:
         return window
 
     @classmethod
-    def from_counts(cls, steps: int, raw_lengths: Dict[int, int], positions: int) -> "AcceptanceWindow":
+    def from_counts(cls, steps: int, raw_lengths: dict[int, int], positions: int) -> "AcceptanceWindow":
         """A window of `steps` chain steps all `positions` deep, from requests per raw accepted length."""
         counts = depth_counts(raw_lengths, positions)
         requests = sum(counts.values())
@@ -185,29 +186,29 @@ class AcceptanceWindow:
         return out
 
     @property
-    def per_position(self) -> List[int]:
+    def per_position(self) -> list[int]:
         """Request-steps that accepted each position."""
         return [sum(n for (_, a), n in self.counts.items() if a > k) for k in range(self.positions)]
 
-    def drafted_per_position(self) -> List[int]:
+    def drafted_per_position(self) -> list[int]:
         """Request-steps whose draft reached each position."""
         return [sum(n for (d, _), n in self.counts.items() if d > k) for k in range(self.positions)]
 
-    def mean_accepted_drafts(self) -> Optional[float]:
+    def mean_accepted_drafts(self) -> float | None:
         return self.accepted_tokens / self.drafts if self.drafts else None
 
-    def mean_length(self) -> Optional[float]:
+    def mean_length(self) -> float | None:
         """Tokens per request-step including the bonus token."""
         return 1.0 + self.accepted_tokens / self.drafts if self.drafts else None
 
-    def accept_rate(self) -> Optional[float]:
+    def accept_rate(self) -> float | None:
         return self.accepted_tokens / self.draft_tokens if self.draft_tokens else None
 
-    def per_position_rate(self) -> List[Optional[float]]:
+    def per_position_rate(self) -> list[float | None]:
         """P(position k accepted | position k drafted)."""
         return [a / d if d else None for a, d in zip(self.per_position, self.drafted_per_position())]
 
-    def conditional_rate(self) -> List[Optional[float]]:
+    def conditional_rate(self) -> list[float | None]:
         """P(position k accepted | positions before it accepted and k drafted); position 0 is unconditional."""
         out = []
         for k in range(self.positions):
@@ -215,14 +216,14 @@ class AcceptanceWindow:
             out.append(sum(n for (_, a), n in self.counts.items() if a > k) / reached if reached else None)
         return out
 
-    def depth_mix(self) -> Dict[int, int]:
+    def depth_mix(self) -> dict[int, int]:
         """Depth -> request-steps verified at it."""
-        out: Dict[int, int] = {}
+        out: dict[int, int] = {}
         for (depth, _), n in self.counts.items():
             out[depth] = out.get(depth, 0) + n
         return dict(sorted(out.items()))
 
-    def per_depth(self) -> Dict[str, dict]:
+    def per_depth(self) -> dict[str, dict]:
         """Per draft depth: verify steps, their share of all verify steps, request-steps, accepted drafts, mean accept
         length (bonus included)."""
         out = {}

@@ -13,7 +13,7 @@ A narrow, single-peaked distribution is never named, however low its mean.
 """
 
 import math
-from typing import Dict, Optional, Sequence
+from collections.abc import Sequence
 
 from .findings import ACCEPTANCE_BIMODAL, CODES, Finding
 from .slices import DIMENSIONS, REQUEST_LENGTH_BOUNDS, REQUEST_LENGTH_BUCKETS
@@ -32,7 +32,7 @@ def _bound(label: str) -> float:
     return dict(zip(REQUEST_LENGTH_BUCKETS, REQUEST_LENGTH_BOUNDS)).get(label, math.inf)
 
 
-def split(histogram: Dict[str, int]) -> Optional[dict]:
+def split(histogram: dict[str, int]) -> dict | None:
     """The two groups, or None when the histogram is not bimodal by the rule."""
     counts = [int(histogram.get(b, 0) or 0) if isinstance(histogram.get(b, 0), int) else 0
               for b in REQUEST_LENGTH_BUCKETS]
@@ -64,7 +64,7 @@ def split(histogram: Dict[str, int]) -> Optional[dict]:
     return best
 
 
-def bimodal_finding(result: dict, histogram: Dict[str, int], low_slices: Sequence[dict], where: str) -> Finding:
+def bimodal_finding(result: dict, histogram: dict[str, int], low_slices: Sequence[dict], where: str) -> Finding:
     """low_slices: the rank's acceptance_slice_low items (dimension, bucket, rate, rest_rate): one names the slice
     that explains the failing group; several are listed; none: the slices do not explain it."""
     shown = ", ".join(f"{b}: {histogram.get(b, 0)}" for b in REQUEST_LENGTH_BUCKETS if histogram.get(b))

@@ -6,18 +6,26 @@ and calls `predict` and `config_findings`. The findings reuse the running probe'
 (analysis.findings, analysis.draft_rules) so both read the same.
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import List, Optional, Sequence, Tuple
 
-from ..observations import CaptureConfigured
-from .findings import Finding
 from .. import families
 from ..families import Family
+from ..observations import CaptureConfigured
 from ..versions import VersionRules
-from .draft_rules import draft_input_findings, ids_for_capture, layer_mismatch_findings
-from .findings import (DRAFT_WEIGHTS_DROPPED, FC_WIDTH_MISMATCH, PP_STAGE_NO_CAPTURE, TBO_CAPTURE_LOST,
-                       _finding, _labels, capture_config_findings, graph_eager_findings)
 from .draft_ids import KEY, draft_class, draft_reads, ids_differ_finding
+from .draft_rules import draft_input_findings, ids_for_capture, layer_mismatch_findings
+from .findings import (
+    DRAFT_WEIGHTS_DROPPED,
+    FC_WIDTH_MISMATCH,
+    PP_STAGE_NO_CAPTURE,
+    TBO_CAPTURE_LOST,
+    Finding,
+    _finding,
+    _labels,
+    capture_config_findings,
+    graph_eager_findings,
+)
 from .layers import LayerSplit, apply_capture_rule, capture_label, default_layer_ids, split_layers
 
 EAGLE3, EAGLE = "EAGLE3", "EAGLE"
@@ -28,8 +36,8 @@ class TargetSpec:
     model_class: str
     num_layers: int
     hidden_size: int
-    first_k_dense_replace: Optional[int] = None
-    family: Optional[Family] = None  # eagle_probe.families row; None: DeepSeek's behaviour (versions.RULES)
+    first_k_dense_replace: int | None = None
+    family: Family | None = None  # eagle_probe.families row; None: DeepSeek's behaviour (versions.RULES)
 
     @property
     def final_capturable(self) -> bool:
@@ -40,16 +48,16 @@ class TargetSpec:
 class DraftSpec:
     model_class: str
     hidden_size: int
-    target_hidden_size: Optional[int] = None
-    layer_ids: Optional[Tuple[int, ...]] = None  # eagle_config's eagle_aux_hidden_state_layer_ids (the target's);
+    target_hidden_size: int | None = None
+    layer_ids: tuple[int, ...] | None = None  # eagle_config's eagle_aux_hidden_state_layer_ids (the target's);
     # None: SGLang's defaults
-    num_aux_hidden_states: Optional[int] = None
+    num_aux_hidden_states: int | None = None
     use_aux_hidden_state: bool = True
     norm_before_fc: bool = False
     fc_norm: bool = False
-    top_level_ids: Optional[Tuple[int, ...]] = None  # the config's top-level ids (only Kimi's MLA draft reads them)
+    top_level_ids: tuple[int, ...] | None = None  # the config's top-level ids (only Kimi's MLA draft reads them)
 
-    def ids_read(self) -> Tuple[Optional[Tuple[int, ...]], str, int]:
+    def ids_read(self) -> tuple[tuple[int, ...] | None, str, int]:
         """(ids the draft class sizes its fc from, where from, its aux count): analysis.draft_ids."""
         return draft_reads(draft_class(self.model_class), {KEY: list(self.layer_ids)} if self.layer_ids else {},
                            self.top_level_ids, self.num_aux_hidden_states)
@@ -65,28 +73,28 @@ class LaunchSpec:
     cuda_graph: bool = True
     tbo: bool = False
     pp_size: int = 1
-    pp_partition: Optional[Tuple[int, ...]] = None  # SGLANG_PP_LAYER_PARTITION
+    pp_partition: tuple[int, ...] | None = None  # SGLANG_PP_LAYER_PARTITION
 
 
 @dataclass(frozen=True)
 class PathPrediction:
     name: str  # eager | cuda_graph | eager+tbo | cuda_graph+tbo
     description: str
-    requested_ids: Optional[Tuple[int, ...]]  # what the setter receives on this path (None: no ids)
-    configured: Tuple[int, ...]  # layers_to_capture
-    captured: Tuple[int, ...]  # what actually reaches the draft, in slot order
-    lost: Tuple[int, ...] = ()
+    requested_ids: tuple[int, ...] | None  # what the setter receives on this path (None: no ids)
+    configured: tuple[int, ...]  # layers_to_capture
+    captured: tuple[int, ...]  # what actually reaches the draft, in slot order
+    lost: tuple[int, ...] = ()
     lost_reason: str = ""
-    tbo_range: Optional[Tuple[int, int]] = None
+    tbo_range: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
 class Prediction:
     rules: VersionRules
-    stage_range: Tuple[int, int]  # layers of the last pipeline stage (where captures happen)
+    stage_range: tuple[int, int]  # layers of the last pipeline stage (where captures happen)
     fc_in_width: int  # the fc SGLang builds: input_hidden_size * num_aux
     num_aux: int  # aux states SGLang sizes the fc for
-    paths: Tuple[PathPrediction, ...] = field(default_factory=tuple)
+    paths: tuple[PathPrediction, ...] = field(default_factory=tuple)
 
 
 def _v4_draft(rules: VersionRules) -> bool:
@@ -102,7 +110,7 @@ def sglang_num_aux(draft: DraftSpec, rules: VersionRules) -> int:
     return draft.ids_read()[2]
 
 
-def last_stage_range(num_layers: int, pp_size: int, partition: Optional[Sequence[int]] = None) -> Tuple[int, int]:
+def last_stage_range(num_layers: int, pp_size: int, partition: Sequence[int] | None = None) -> tuple[int, int]:
     """Layers of the last pipeline stage: SGLang splits evenly, extra layers to the last stages."""
     if pp_size <= 1:
         return 0, num_layers
@@ -178,7 +186,7 @@ def _with_context(finding: Finding, prefix: str, **evidence) -> Finding:
     return Finding(finding.code, finding.severity, f"{prefix}{finding.message}", tuple(sorted(merged.items())))
 
 
-def tbo_findings(model_class: str, path: PathPrediction) -> List[Finding]:
+def tbo_findings(model_class: str, path: PathPrediction) -> list[Finding]:
     if not path.lost or path.tbo_range is None:
         return []
     kept = list(path.captured)
@@ -195,8 +203,8 @@ def tbo_findings(model_class: str, path: PathPrediction) -> List[Finding]:
         tbo_range=list(path.tbo_range), path=path.name)]
 
 
-def pp_findings(model_class: str, path: PathPrediction, stage: Tuple[int, int], pp_size: int,
-                num_layers: int) -> List[Finding]:
+def pp_findings(model_class: str, path: PathPrediction, stage: tuple[int, int], pp_size: int,
+                num_layers: int) -> list[Finding]:
     outside = [i for i in path.lost if 0 <= i < num_layers and not stage[0] <= i < stage[1]]
     if pp_size <= 1 or not outside:
         return []
@@ -209,11 +217,11 @@ def pp_findings(model_class: str, path: PathPrediction, stage: Tuple[int, int], 
 
 
 def config_findings(target: TargetSpec, draft: DraftSpec, rules: VersionRules, launch: LaunchSpec,
-                    trained_hf: Optional[Sequence[int]] = None,
-                    prediction: Optional[Prediction] = None) -> List[Finding]:
+                    trained_hf: Sequence[int] | None = None,
+                    prediction: Prediction | None = None) -> list[Finding]:
     pred = prediction or predict(target, draft, rules, launch)
     n, cls = target.num_layers, target.model_class
-    out: List[Finding] = []
+    out: list[Finding] = []
     base = [p for p in pred.paths if "+tbo" not in p.name]
 
     if launch.algorithm == EAGLE3 and draft.use_aux_hidden_state:
@@ -343,7 +351,7 @@ READS_DEPTH = "per-step depth from GenerationBatchResult.accept_index's shape [r
 READS_PROPOSED = "proposed drafts per request from speculative_num_draft_tokens - 1"
 
 
-def speculation_shapes() -> List[dict]:
+def speculation_shapes() -> list[dict]:
     """The shapes of speculation SGLang 0.5.23 serves an EAGLE-3 draft with, what each needs and what the probe reads
     of each step (one list for `compat` and `doctor`)."""
     return [
@@ -378,10 +386,10 @@ class SpeculationSpec:
     """The launch's speculation flags (None: not given; SGLang picks)."""
     algorithm: str = EAGLE3
     adaptive: bool = False
-    adaptive_config: Optional[str] = None  # --speculative-adaptive-config (not read: its candidate steps unknown)
-    topk: Optional[int] = None
-    num_steps: Optional[int] = None
-    num_draft_tokens: Optional[int] = None
+    adaptive_config: str | None = None  # --speculative-adaptive-config (not read: its candidate steps unknown)
+    topk: int | None = None
+    num_steps: int | None = None
+    num_draft_tokens: int | None = None
     dp_attention: bool = False  # --attn-dp-size > 1, or the deprecated --enable-dp-attention
     tbo: bool = False
     pdmux: bool = False
@@ -439,14 +447,14 @@ def speculation_for(flags: dict, algorithm: str, tbo: bool, release, error=Value
     return speculation_report(checked_speculation(speculation_from_flags(flags), algorithm, tbo, error), release)
 
 
-def result_line(errors: int, warnings: int, shape: Optional[dict]) -> str:
+def result_line(errors: int, warnings: int, shape: dict | None) -> str:
     """doctor's last line: its findings' errors and warnings and the speculation report's."""
     shape = shape or {}
     return (f"result: {errors + len(shape.get('errors', ()))} error(s), "
             f"{warnings + len(shape.get('warnings', ()))} warning(s)")
 
 
-def render_speculation(shape: Optional[dict]) -> List[str]:
+def render_speculation(shape: dict | None) -> list[str]:
     """speculation_report's result as doctor's text lines."""
     if not shape:
         return []
@@ -461,7 +469,7 @@ def render_speculation(shape: Optional[dict]) -> List[str]:
     return out + [f"  probe: {p}" for p in shape["probe"]]
 
 
-def adaptive_off_reasons(spec: SpeculationSpec) -> List[str]:
+def adaptive_off_reasons(spec: SpeculationSpec) -> list[str]:
     """Why SGLang 0.5.23 switches --speculative-adaptive off (adaptive_unsupported_reason returns the first)."""
     reasons = []
     if spec.algorithm not in (EAGLE, EAGLE3):
@@ -479,7 +487,7 @@ def adaptive_off_reasons(spec: SpeculationSpec) -> List[str]:
     return reasons
 
 
-def speculation_report(spec: SpeculationSpec, release: Optional[Tuple[int, ...]] = None) -> dict:
+def speculation_report(spec: SpeculationSpec, release: tuple[int, ...] | None = None) -> dict:
     """What the launch's shape of speculation needs and what the probe sees under it: {shape, depth, adaptive,
     adaptive_off, topk, num_steps, num_draft_tokens, proposed, warnings, errors, probe}. Warnings: SGLang changes
     or refuses what was asked; errors: SGLang refuses to start."""

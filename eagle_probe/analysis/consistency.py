@@ -16,7 +16,6 @@ a cosine up to 0.99 is still named.
 """
 
 from dataclasses import dataclass
-from typing import Dict, List
 
 from .findings import VERIFY_PREFILL_MISMATCH, Finding
 
@@ -53,15 +52,15 @@ class RowDiff:
     max_abs: float
 
 
-def mismatches(rows: List[RowDiff], dtype: str) -> List[RowDiff]:
+def mismatches(rows: list[RowDiff], dtype: str) -> list[RowDiff]:
     limit = tolerance(dtype)
     return [row for row in rows if not row.rel_diff <= limit]  # NaN is a mismatch
 
 
-def findings(rows: List[RowDiff], dtype: str, shown: int = 8) -> List[Finding]:
+def findings(rows: list[RowDiff], dtype: str, shown: int = 8) -> list[Finding]:
     """One error per slot whose rows differ from prefill beyond the tolerance."""
     limit = tolerance(dtype)
-    by_slot: Dict[int, List[RowDiff]] = {}
+    by_slot: dict[int, list[RowDiff]] = {}
     for row in mismatches(rows, dtype):
         by_slot.setdefault(row.slot, []).append(row)
     out = []

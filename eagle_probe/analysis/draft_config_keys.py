@@ -14,8 +14,8 @@ what this table says for that release. Every read, once added, stayed in every l
 entry describes it.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Tuple
 
 from ..versions import SUPPORTED_MAX, SUPPORTED_MIN, format_version, parse_version
 from .draft_ids import DRAFT_CLASSES, KIMI, LLAMA, draft_class
@@ -61,7 +61,7 @@ class ForwardKey:
     absent: str  # how the module runs without it
 
 
-FORWARD_KEYS: Dict[str, ForwardKey] = {k.name: k for k in (
+FORWARD_KEYS: dict[str, ForwardKey] = {k.name: k for k in (
     ForwardKey("norm_before_fc", "an RMSNorm over the concatenated aux states before fc", _truthy, "no norm before fc"),
     ForwardKey("fc_norm", "an RMSNorm per aux state before fc", _truthy, "no per-state norm"),
     ForwardKey("use_aux_norm", "an RMSNorm per aux state before fc (fc_norm's older name)", _truthy,
@@ -80,7 +80,7 @@ FORWARD_KEYS: Dict[str, ForwardKey] = {k.name: k for k in (
 )}
 
 # (key, where) -> first release whose draft class reads it (see the module docstring; proven by the contract check).
-READS: Dict[str, Dict[Tuple[str, str], str]] = {
+READS: dict[str, dict[tuple[str, str], str]] = {
     LLAMA: {
         ("rope_scaling", TOP): "0.5.8",
         ("target_hidden_size", TOP): "0.5.8",
@@ -103,7 +103,7 @@ READS: Dict[str, Dict[Tuple[str, str], str]] = {
 }
 # The modules (and functions outside them) whose source a class's reads are taken from, for the contract check:
 # Llama's draft decoder layer runs sglang.srt.models.llama.LlamaDecoderLayer.__init__, which builds its RoPE.
-READ_SITES: Dict[str, Tuple[Tuple[str, Optional[str]], ...]] = {
+READ_SITES: dict[str, tuple[tuple[str, str | None], ...]] = {
     LLAMA: ((DRAFT_CLASSES[LLAMA].module, None), ("sglang.srt.models.llama", "LlamaDecoderLayer.__init__")),
     KIMI: ((DRAFT_CLASSES[KIMI].module, None),),
 }
@@ -120,7 +120,7 @@ def reads_for(model_class: str, release: str) -> frozenset:
     return frozenset(kw for kw, since in row.items() if parse_version(since) <= version)
 
 
-def _first_reader(model_class: str, key: str, where: str) -> Optional[str]:
+def _first_reader(model_class: str, key: str, where: str) -> str | None:
     return READS[draft_class(model_class).name].get((key, where))
 
 
@@ -150,7 +150,7 @@ class IgnoredKey:
         return self.key if self.where == TOP else f"eagle_config.{self.key}"
 
 
-def written_keys(config: dict) -> List[Tuple[str, str, object]]:
+def written_keys(config: dict) -> list[tuple[str, str, object]]:
     """(key, where, value) of every forward key the config writes, top level first."""
     out = [(k, TOP, config[k]) for k in FORWARD_KEYS if k in config]
     nested = config.get("eagle_config")
@@ -159,8 +159,8 @@ def written_keys(config: dict) -> List[Tuple[str, str, object]]:
     return out
 
 
-def ignored_keys(config: dict, model_class: str, release: str, applied: Optional[Dict[str, bool]] = None
-                 ) -> List[IgnoredKey]:
+def ignored_keys(config: dict, model_class: str, release: str, applied: dict[str, bool] | None = None
+                 ) -> list[IgnoredKey]:
     """Forward keys of `config` (the draft's config.json as a dict) with a value that changes the forward which the
     release's class does not read where they are written. `applied`: what the loaded module shows it applied (key ->
     bool, only for keys it can show: norm_before_fc, fc_norm, norm_output); a key the table says is read but the module
@@ -199,7 +199,7 @@ def _fix(item: IgnoredKey, model_class: str) -> str:
             f"without it, or expect acceptance below its training")
 
 
-def ignored_finding(items: List[IgnoredKey], model_class: str) -> Optional[Finding]:
+def ignored_finding(items: list[IgnoredKey], model_class: str) -> Finding | None:
     """One draft_config_ignored finding naming every ignored key, its value and the release (None: nothing ignored)."""
     if not items:
         return None
@@ -220,7 +220,7 @@ def ignored_finding(items: List[IgnoredKey], model_class: str) -> Optional[Findi
         ignored=[{"key": i.written, "value": i.value, "reason": i.reason} for i in items])
 
 
-def from_observed(entries, release: str) -> List[IgnoredKey]:
+def from_observed(entries, release: str) -> list[IgnoredKey]:
     """IgnoredKey items back from DraftLoaded.config_ignored: (written key, value as JSON text, reason)."""
     import json
 

@@ -12,8 +12,8 @@ Facts from SGLang's source (0.5.8-0.5.23; the contract check proves them per rel
   `num_aux_hidden_states`.
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Optional, Sequence, Tuple
 
 from .findings import DRAFT_TARGET_IDS_DIFFER, Finding, _finding, _labels
 
@@ -43,7 +43,7 @@ DRAFT_CLASSES = {
 }
 
 
-def draft_class(architecture: Optional[str]) -> DraftClass:
+def draft_class(architecture: str | None) -> DraftClass:
     """The row for a class name (Llama's for any other: SGLang's generic EAGLE-3 draft)."""
     return DRAFT_CLASSES.get(architecture or "", DRAFT_CLASSES[LLAMA])
 
@@ -53,7 +53,7 @@ def takes_d2t(row: DraftClass, name: str) -> bool:
     return (name == "d2t" or name.endswith(".d2t")) if row.d2t_exact else "d2t" in name
 
 
-def absent_note(model_class: str, absent_modules: Sequence[str], release: Optional[str]) -> Optional[str]:
+def absent_note(model_class: str, absent_modules: Sequence[str], release: str | None) -> str | None:
     """A note when the release has no module for the draft's class (Kimi's MLA draft before 0.5.12)."""
     row = DRAFT_CLASSES.get(model_class)
     if row is None or row.module not in absent_modules:
@@ -69,17 +69,17 @@ def _get(container, key):
     return container.get(key) if isinstance(container, dict) else getattr(container, key, None)
 
 
-def _ids(value) -> Optional[Tuple[int, ...]]:
+def _ids(value) -> tuple[int, ...] | None:
     return None if value is None else tuple(int(i) for i in value)
 
 
-def target_ids(eagle_config) -> Optional[Tuple[int, ...]]:
+def target_ids(eagle_config) -> tuple[int, ...] | None:
     """The ids the target is given (None: its defaults). SGLang subscripts a dict eagle_config only."""
     return _ids(eagle_config.get(KEY)) if isinstance(eagle_config, dict) else None
 
 
 def draft_reads(row: DraftClass, eagle_config, top_level_ids=None, num_aux_hidden_states=None
-                ) -> Tuple[Optional[Tuple[int, ...]], str, int]:
+                ) -> tuple[tuple[int, ...] | None, str, int]:
     """(ids the draft sizes its fc from, where it found them, the aux count it sizes the fc for)."""
     nested = _ids(_get(eagle_config, KEY))
     if row.reads_num_aux and num_aux_hidden_states:
@@ -94,9 +94,9 @@ def draft_reads(row: DraftClass, eagle_config, top_level_ids=None, num_aux_hidde
     return nested, FROM_DEFAULT, 3
 
 
-def ids_differ_finding(model_class: str, draft_ids: Optional[Sequence[int]], source: str,
-                       requested: Optional[Sequence[int]], expected: Sequence[int], captured: Sequence[int],
-                       num_layers: int) -> Optional[Finding]:
+def ids_differ_finding(model_class: str, draft_ids: Sequence[int] | None, source: str,
+                       requested: Sequence[int] | None, expected: Sequence[int], captured: Sequence[int],
+                       num_layers: int) -> Finding | None:
     """The draft read ids (`source`) that the target was not given (`requested`, None: its defaults), and the
     layers those ids name (`expected`, by the target family's rule) are not what the target captures."""
     if draft_ids is None or source not in (FROM_TOP_LEVEL, FROM_EAGLE_CONFIG):

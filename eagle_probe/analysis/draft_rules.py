@@ -4,16 +4,16 @@ Pure functions, no SGLang import. The running probe (draft wrappers) and `eagle-
 same functions, so a problem reads the same before launch and while serving.
 """
 
-from typing import List, Optional, Sequence, Tuple
+from collections.abc import Sequence
 
 from .. import families
 from ..families import Family
 from ..versions import PLUS_ONE_ALWAYS, PLUS_ONE_IF_FIRST_IS_ONE, VersionRules, format_version, rule_since
-from .findings import Finding, FC_SKIPPED, FC_WIDTH_MISMATCH, LAYER_MISMATCH, _finding, _labels
+from .findings import FC_SKIPPED, FC_WIDTH_MISMATCH, LAYER_MISMATCH, Finding, _finding, _labels
 from .layers import apply_capture_rule, capture_label, default_layer_ids, unreachable_indices
 
 
-def _states(width: int, per_state: Optional[int]) -> str:
+def _states(width: int, per_state: int | None) -> str:
     """'2 aux states of width 7168' when width is a multiple of per_state, else the bare width."""
     if per_state and width % per_state == 0:
         count = width // per_state
@@ -24,8 +24,8 @@ def _states(width: int, per_state: Optional[int]) -> str:
 
 
 def draft_input_findings(*, model_class: str, mode: str, aux_width: int, embed_width: int,
-                         fc_in_width: Optional[int], target_hidden_size: Optional[int],
-                         num_aux: Optional[int]) -> List[Finding]:
+                         fc_in_width: int | None, target_hidden_size: int | None,
+                         num_aux: int | None) -> list[Finding]:
     """Check the width of spec_info.hidden_states entering an EAGLE-3 draft against its fc.
 
     SGLang's draft runs `fc` only when `hidden_states.shape[-1] != embeds.shape[-1]`; otherwise the
@@ -65,7 +65,7 @@ def draft_input_findings(*, model_class: str, mode: str, aux_width: int, embed_w
     return []
 
 
-def _rule_text(rules: VersionRules, family: Optional[Family] = None) -> str:
+def _rule_text(rules: VersionRules, family: Family | None = None) -> str:
     if family is not None and family.name != "deepseek_v2":
         return (f"SGLang {family.releases_text} {families.RULE_TEXT.get(family.rule, 'maps ids by ' + family.rule)} "
                 f"for {family.label} (rule {family.letter})")
@@ -79,7 +79,7 @@ def _rule_text(rules: VersionRules, family: Optional[Family] = None) -> str:
     return f"SGLang {version}+ {how}"
 
 
-def _reach(rules: VersionRules, family: Optional[Family]) -> dict:
+def _reach(rules: VersionRules, family: Family | None) -> dict:
     """What a family (default: DeepSeek's, from the version row) can capture."""
     if family is None:
         return dict(rule=rules.capture_id_rule, embedding_capturable=rules.embedding_capturable,
@@ -88,8 +88,8 @@ def _reach(rules: VersionRules, family: Optional[Family]) -> dict:
                 final_capturable=family.final_capturable, final_raises=family.final_raises)
 
 
-def ids_for_capture(wanted: Sequence[int], num_layers: int, rules: VersionRules, family: Optional[Family] = None
-                    ) -> Tuple[Optional[Tuple[int, ...]], str]:
+def ids_for_capture(wanted: Sequence[int], num_layers: int, rules: VersionRules, family: Family | None = None
+                    ) -> tuple[tuple[int, ...] | None, str]:
     """Invert the capture rule: ids that make SGLang capture exactly `wanted` (HF hidden_states indices).
 
     The rule is DeepSeek's for the release (`rules`) unless a `family` row (eagle_probe.families) is given:
@@ -156,8 +156,8 @@ def _explain(captured: Sequence[int], trained: Sequence[int], num_layers: int, f
 
 
 def layer_mismatch_findings(*, captured: Sequence[int], trained_hf: Sequence[int], num_layers: int,
-                            rules: VersionRules, requested_ids: Optional[Sequence[int]],
-                            family: Optional[Family] = None) -> List[Finding]:
+                            rules: VersionRules, requested_ids: Sequence[int] | None,
+                            family: Family | None = None) -> list[Finding]:
     """Compare the capture indices (== HF hidden_states indices) with the HF indices the draft was trained on.
     The ids to set follow `family`'s rule (default: DeepSeek's, from `rules`)."""
     captured, trained = tuple(int(i) for i in captured), tuple(int(i) for i in trained_hf)

@@ -11,7 +11,7 @@ lone half is dropped without a word); only 'd2t' / '*.d2t' is the map, 't2d' / '
 """
 
 import re
-from typing import Iterable, Sequence, Tuple
+from collections.abc import Iterable, Sequence
 
 _LEGACY = (("midlayer", "layers.0"), ("aux_norm_low", "fc_norm.0"), ("aux_norm_mid", "fc_norm.1"),
            ("aux_norm_high", "fc_norm.2"))
@@ -50,7 +50,7 @@ def _kimi_consumed(name: str, names: set, params: set) -> bool:
         in params
 
 
-def _kimi_unconsumed(names: Sequence[str], params: set) -> Tuple[tuple, tuple]:
+def _kimi_unconsumed(names: Sequence[str], params: set) -> tuple[tuple, tuple]:
     present = set(names)
     dropped, ignored = [], []
     for name in names:
@@ -64,7 +64,7 @@ def _kimi_unconsumed(names: Sequence[str], params: set) -> Tuple[tuple, tuple]:
 
 
 def unconsumed_weights(checkpoint_names: Iterable[str], param_names: Sequence[str], naming: str = "llama"
-                       ) -> Tuple[tuple, tuple]:
+                       ) -> tuple[tuple, tuple]:
     """(dropped, ignored_on_purpose) checkpoint names, by the loader `naming` ("llama" or "kimi")."""
     params = set(param_names)
     if naming == "kimi":

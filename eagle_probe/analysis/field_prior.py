@@ -23,7 +23,7 @@ rate under 0.4 over 100 or more request-steps is named, as issue 27 asks; a draf
 """
 
 import math
-from typing import List, Optional, Sequence
+from collections.abc import Sequence
 
 from .findings import ACCEPTANCE_LOW, CODES, Finding
 
@@ -40,7 +40,7 @@ PRIOR_TEXT = (f"published EAGLE-3 drafts reach about 0.57 to 0.75 at the first p
               f"{PRIOR} is the prior ({'; '.join(SOURCES)})")
 
 
-def judge(rate: Optional[float], steps: int) -> Optional[dict]:
+def judge(rate: float | None, steps: int) -> dict | None:
     """The first-position rate against the prior; None without a rate or request-steps."""
     if rate is None or not steps or steps < 0 or not 0 <= rate <= 1:
         return None
@@ -51,7 +51,7 @@ def judge(rate: Optional[float], steps: int) -> Optional[dict]:
             "z": round(min(z, 999.0), 2), "min_steps": MIN_STEPS, "low": low}
 
 
-def low_finding(verdict: dict, per_position: Sequence[Optional[float]], checks: List[dict], next_steps: List[str],
+def low_finding(verdict: dict, per_position: Sequence[float | None], checks: list[dict], next_steps: list[str],
                 where: str, causes: Sequence[str]) -> Finding:
     """acceptance_low: which checks came back clean, what was not checked, the findings that may explain it and the
     commands to run next (summarize.causes builds them)."""

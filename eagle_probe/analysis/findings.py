@@ -1,7 +1,8 @@
 """Diagnosis rules: evidence in, findings out. Shared by the running probe and offline commands."""
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Optional
 
 from ..versions import VersionRules
 from .fingerprints import RMS_SPREAD_TOLERANCE, SIGNATURE_COSINE_TOLERANCE
@@ -19,7 +20,7 @@ class Finding:
     code: str
     severity: str  # error | warning | info
     message: str
-    evidence: Tuple[Tuple[str, object], ...] = field(default_factory=tuple)
+    evidence: tuple[tuple[str, object], ...] = field(default_factory=tuple)
 
     def evidence_dict(self) -> dict:
         return dict(self.evidence)
@@ -133,7 +134,7 @@ MISMATCH_CODES = (LAYER_MISMATCH, FC_WIDTH_MISMATCH, AUX_COUNT_MISMATCH, GRAPH_E
                   CAPTURE_AFTER_GRAPH, CAPTURE_ID_UNREACHABLE, FC_SKIPPED, PP_STAGE_NO_CAPTURE, DRAFT_TARGET_IDS_DIFFER)
 
 
-def _labels(indices: Sequence[int], num_layers: Optional[int] = None, final_capturable: bool = False) -> str:
+def _labels(indices: Sequence[int], num_layers: int | None = None, final_capturable: bool = False) -> str:
     return ", ".join(f"{i} ({capture_label(i, num_layers, final_capturable)})" for i in indices) or "none"
 
 
@@ -153,7 +154,7 @@ def capture_unverified_finding(obs: "CaptureConfigured") -> Finding:
 
 
 def capture_config_findings(obs: "CaptureConfigured", rules: VersionRules,
-                            family: Optional["Family"] = None) -> List[Finding]:
+                            family: Optional["Family"] = None) -> list[Finding]:
     """The configured positions checked against what the target can capture and against its rule: DeepSeek's
     (from `rules`) unless a `family` row (eagle_probe.families) is given."""
     findings = []
@@ -194,7 +195,7 @@ def capture_config_findings(obs: "CaptureConfigured", rules: VersionRules,
     return findings
 
 
-def _duplicates(indices: Sequence[int]) -> List[int]:
+def _duplicates(indices: Sequence[int]) -> list[int]:
     seen, repeated = set(), []
     for index in indices:
         if index in seen and index not in repeated:
@@ -203,7 +204,7 @@ def _duplicates(indices: Sequence[int]) -> List[int]:
     return repeated
 
 
-def _aux_count_causes(obs: "TargetForward", repeated: List[int]) -> str:
+def _aux_count_causes(obs: "TargetForward", repeated: list[int]) -> str:
     """What explains a short aux count: slots lost to TBO, and indices listed more than once (SGLang's layer
     loop appends a layer's output once, however often its index is listed)."""
     causes = f"; lost to TBO: {list(obs.lost)}" if obs.lost else ""
@@ -213,7 +214,7 @@ def _aux_count_causes(obs: "TargetForward", repeated: List[int]) -> str:
     return causes
 
 
-def forward_findings(obs: "TargetForward") -> List[Finding]:
+def forward_findings(obs: "TargetForward") -> list[Finding]:
     findings = []
     if obs.lost:
         kept = [i for i in obs.layers_to_capture if i not in obs.lost]
@@ -246,7 +247,7 @@ def forward_findings(obs: "TargetForward") -> List[Finding]:
 
 
 def graph_eager_findings(model_class: str, graph_layers: Sequence[int], eager_layers: Sequence[int],
-                         source: str, num_layers: Optional[int] = None) -> List[Finding]:
+                         source: str, num_layers: int | None = None) -> list[Finding]:
     """source: 'forward' (both seen running) or 'configuration' (graph set-up vs later setter call)."""
     if tuple(graph_layers) == tuple(eager_layers):
         return []
@@ -269,7 +270,7 @@ def draft_weights_dropped_finding(model_class: str, dropped: Sequence[str]) -> F
         dropped=list(dropped))
 
 
-def draft_replaced_finding(obs) -> Optional[Finding]:
+def draft_replaced_finding(obs) -> Finding | None:
     """obs: DraftLoaded. SGLang always gives an EAGLE-3 draft the target's embedding, and the target's lm_head
     when the draft config has no draft_vocab_size and does not tie embeddings. An embedding measured equal to the
     target's (the usual draft, trained with the target's frozen embedding) is no finding; one that could not be
@@ -299,7 +300,7 @@ def draft_replaced_finding(obs) -> Optional[Finding]:
 
 
 def draft_config_layer_finding(model_class: str, draft_ids, expected: Sequence[int], captured: Sequence[int],
-                               num_layers: int) -> Optional[Finding]:
+                               num_layers: int) -> Finding | None:
     """The draft config's eagle_aux_hidden_state_layer_ids, mapped by the release's rule, against the
     layers the target actually captures in this process."""
     if tuple(expected) == tuple(captured):
@@ -318,7 +319,7 @@ _SAMPLED_ONLY = (" Only sampled traffic was judged, and it accepts less than gre
 
 
 def acceptance_collapse_finding(observed: float, expected: float, accuracy, positions: int,
-                                per_position: Sequence[Optional[float]], drafts: int, threshold: float,
+                                per_position: Sequence[float | None], drafts: int, threshold: float,
                                 seen_codes: Sequence[str], traffic: str = "unknown traffic") -> Finding:
     """accuracy: per-position conditional accuracies (analysis.acceptance); traffic: what was judged
     (analysis.sampled_traffic.judged)."""
@@ -356,7 +357,7 @@ def sampled_traffic_finding(judgement: str, greedy: dict, sampled: dict, expecte
         greedy=greedy, sampled=sampled, judged=judgement)
 
 
-def aux_nonfinite_finding(role: str, slot: int, capture_index: Optional[int], label: str, count: int,
+def aux_nonfinite_finding(role: str, slot: int, capture_index: int | None, label: str, count: int,
                           tokens: int, width: int) -> Finding:
     where = f"aux slot {slot}" + (f" (capture index {capture_index}, {label})" if capture_index is not None else "")
     return _finding(
@@ -367,7 +368,7 @@ def aux_nonfinite_finding(role: str, slot: int, capture_index: Optional[int], la
         role=role, slot=slot, capture_index=capture_index, label=label, nonfinite=count, tokens=tokens)
 
 
-def aux_slots_identical_finding(role: str, slots: Sequence[int], capture_indices: Sequence[Optional[int]]) -> Finding:
+def aux_slots_identical_finding(role: str, slots: Sequence[int], capture_indices: Sequence[int | None]) -> Finding:
     pairs = ", ".join(f"slot {s}" + (f" (capture index {i})" if i is not None else "")
                       for s, i in zip(slots, capture_indices))
     return _finding(
@@ -378,8 +379,8 @@ def aux_slots_identical_finding(role: str, slots: Sequence[int], capture_indices
 
 
 def tp_rank_divergence_finding(role: str, slot: int, label: str, step: int, ranks: Sequence[int],
-                               rms_spread: float, lowest_cosine: Optional[float], layout: str,
-                               rms_by_rank: dict, nodes: Optional[dict] = None) -> Finding:
+                               rms_spread: float, lowest_cosine: float | None, layout: str,
+                               rms_by_rank: dict, nodes: dict | None = None) -> Finding:
     """nodes: {tp_rank: "node_rank N (host H)"} where the ranks span several nodes (named beside each rank)."""
     nodes = nodes or {}
     cosine_text = "" if lowest_cosine is None else f", lowest signature cosine {lowest_cosine:.6f}"
@@ -396,8 +397,8 @@ def tp_rank_divergence_finding(role: str, slot: int, label: str, step: int, rank
         **({"nodes": {str(k): v for k, v in sorted(nodes.items())}} if nodes else {}))
 
 
-def aux_value_mismatch_finding(role: str, slot: int, served_index: Optional[int], distance: Optional[float],
-                               cosine: Optional[float], resembles: Optional[str], source: str) -> Finding:
+def aux_value_mismatch_finding(role: str, slot: int, served_index: int | None, distance: float | None,
+                               cosine: float | None, resembles: str | None, source: str) -> Finding:
     served = "" if served_index is None else f" (served capture index {served_index})"
     how = "" if distance is None else f"relative difference {distance:.3g}"
     how += "" if cosine is None else (", " if how else "") + f"cosine {cosine:.4f}"
@@ -414,9 +415,9 @@ def aux_value_mismatch_finding(role: str, slot: int, served_index: Optional[int]
 
 def trained_layers_inferred_finding(served: Sequence[int], served_accuracy: float, served_positions: int,
                                     best: Sequence[int], best_accuracy: float, best_positions: int,
-                                    num_layers: int, ids: Optional[Sequence[int]], unreachable: Optional[str],
-                                    sglang_version: Optional[str], near_tie: bool, method: str,
-                                    ties_reachable: int = 1, margin_within_noise: Optional[bool] = None) -> Finding:
+                                    num_layers: int, ids: Sequence[int] | None, unreachable: str | None,
+                                    sglang_version: str | None, near_tie: bool, method: str,
+                                    ties_reachable: int = 1, margin_within_noise: bool | None = None) -> Finding:
     """`eagle-probe replay --search`: the served wiring against the one the draft agrees with best. Severity warning
     when they differ, info when the served wiring is the best (the layers it was trained on, confirmed).
     `ties_reachable`: the near-ties the release can capture (best among them by likelihood); `margin_within_noise`:

@@ -10,7 +10,7 @@ scaled by 1.5: spread 0.4).
 """
 
 import math
-from typing import Dict, Optional, Sequence, Tuple
+from collections.abc import Sequence
 
 # The reference file's format is vocabulary (config.py validates it); kept importable from here.
 from ..reference_format import REFERENCE_FORMAT, parse_reference  # noqa: F401
@@ -26,20 +26,20 @@ CHANGE_RMS_RELATIVE = 0.2
 CHANGE_SIGNATURE_COSINE = 0.9
 
 
-def cosine(u: Sequence[float], v: Sequence[float]) -> Optional[float]:
+def cosine(u: Sequence[float], v: Sequence[float]) -> float | None:
     dot = sum(a * b for a, b in zip(u, v))
     norm = math.sqrt(sum(a * a for a in u)) * math.sqrt(sum(b * b for b in v))
     return dot / norm if norm > 0 and math.isfinite(norm) else None
 
 
-def rel_diff(dot: float, sum_sq_x: float, sum_sq_y: float) -> Optional[float]:
+def rel_diff(dot: float, sum_sq_x: float, sum_sq_y: float) -> float | None:
     """1 - 2 sum(xy) / (sum(x^2) + sum(y^2)) (DeepGEMM's measure, used by SGLang's dump comparator): 0 for equal
     tensors, 1 for orthogonal ones, 2 for opposite ones."""
     total = sum_sq_x + sum_sq_y
     return 1.0 - 2.0 * dot / total if total > 0 else None
 
 
-def spread(values: Sequence[float]) -> Optional[float]:
+def spread(values: Sequence[float]) -> float | None:
     """(max - min) / mean, the relative spread of one statistic across ranks."""
     if not values:
         return None
@@ -49,7 +49,7 @@ def spread(values: Sequence[float]) -> Optional[float]:
     return (max(values) - min(values)) / abs(mean) if mean else (0.0 if max(values) == min(values) else math.inf)
 
 
-def moved(previous: Tuple[float, Sequence[float]], current: Tuple[float, Sequence[float]]) -> bool:
+def moved(previous: tuple[float, Sequence[float]], current: tuple[float, Sequence[float]]) -> bool:
     """Whether (rms, signature) moved beyond the change tolerance since the previous one."""
     (rms_a, sig_a), (rms_b, sig_b) = previous, current
     if not (math.isfinite(rms_a) and math.isfinite(rms_b)):
@@ -60,12 +60,12 @@ def moved(previous: Tuple[float, Sequence[float]], current: Tuple[float, Sequenc
     return similarity is not None and similarity < CHANGE_SIGNATURE_COSINE
 
 
-def identical(a: Tuple[float, float, float, Sequence[float]], b: Tuple[float, float, float, Sequence[float]]) -> bool:
+def identical(a: tuple[float, float, float, Sequence[float]], b: tuple[float, float, float, Sequence[float]]) -> bool:
     """(rms, mean, absmax, signature) of two slots equal to the bit: the same values (e.g. a repeated index)."""
     return all(math.isfinite(x) for x in a[:3]) and tuple(a[:3]) == tuple(b[:3]) and tuple(a[3]) == tuple(b[3])
 
 
-def rank_disagreement(by_rank: Dict[int, Tuple[float, Sequence[float]]]) -> Optional[dict]:
+def rank_disagreement(by_rank: dict[int, tuple[float, Sequence[float]]]) -> dict | None:
     """For one slot at one step, {rank: (rms, signature)}: the disagreement when it exceeds the tolerances
     (rms spread, lowest signature cosine to the lowest rank, the ranks farthest apart), else None."""
     if len(by_rank) < 2:
@@ -85,7 +85,7 @@ def rank_disagreement(by_rank: Dict[int, Tuple[float, Sequence[float]]]) -> Opti
                                            and c < SIGNATURE_COSINE_TOLERANCE} | {ranks[0]})}
 
 
-def reference_mismatch(slot: int, rms: float, signature: Sequence[float], reference: list) -> Optional[dict]:
+def reference_mismatch(slot: int, rms: float, signature: Sequence[float], reference: list) -> dict | None:
     """A live slot against the reference: None when it matches the same training slot, else how far it is and
     which training slot it resembles (None if none)."""
     if slot >= len(reference):

@@ -7,23 +7,23 @@ layer's output (HF index n) is never captured by SGLang's DeepSeek loop; some fa
 takes an optional `family` (a families.Family row) for the others.
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Optional, Sequence, Tuple
-
-from ..layer_spec import parse_trained_layers  # noqa: F401 (its home is the vocabulary; kept importable here)
+from typing import Optional
 
 from .. import families
+from ..layer_spec import parse_trained_layers  # noqa: F401 (its home is the vocabulary; kept importable here)
 from ..versions import DEFAULT_LAYERS
 
 
-def default_layer_ids(num_layers: int, family: Optional["families.Family"] = None) -> Tuple[int, ...]:
+def default_layer_ids(num_layers: int, family: Optional["families.Family"] = None) -> tuple[int, ...]:
     """SGLang's default positions (no ids configured): [2, n//2, n-3], or the family's own default."""
     if family is not None:
         return families.default_positions(family.rule, num_layers)
     return (2, num_layers // 2, num_layers - 3)
 
 
-def apply_capture_rule(rule: str, layer_ids: Optional[Sequence[int]], num_layers: int,
+def apply_capture_rule(rule: str, layer_ids: Sequence[int] | None, num_layers: int,
                        family: Optional["families.Family"] = None):
     """Predict layers_to_capture from the ids passed to set_eagle3_layers_to_capture.
 
@@ -37,7 +37,7 @@ def apply_capture_rule(rule: str, layer_ids: Optional[Sequence[int]], num_layers
     return families.positions(rule, layer_ids, num_layers)
 
 
-def explain_mapping(layer_ids: Optional[Sequence[int]], result: Sequence[int], num_layers: int) -> str:
+def explain_mapping(layer_ids: Sequence[int] | None, result: Sequence[int], num_layers: int) -> str:
     """Name the rule that maps ids to result, from the values alone."""
     result = tuple(result)
     if layer_ids is None:
@@ -50,7 +50,7 @@ def explain_mapping(layer_ids: Optional[Sequence[int]], result: Sequence[int], n
     return "unknown"
 
 
-def capture_label(index: int, num_layers: Optional[int] = None, final_capturable: bool = False) -> str:
+def capture_label(index: int, num_layers: int | None = None, final_capturable: bool = False) -> str:
     """Human label of a capture index (= HF hidden_states index)."""
     if index < 0:
         return f"never captured (negative index {index})"
@@ -67,17 +67,17 @@ def capture_label(index: int, num_layers: Optional[int] = None, final_capturable
 class LayerSplit:
     """Which layers one forward runs in the normal loop (where captures happen) and in TBO stages."""
 
-    normal: Tuple[int, int]
-    tbo: Optional[Tuple[int, int]]
+    normal: tuple[int, int]
+    tbo: tuple[int, int] | None
 
-    def lost(self, layers_to_capture: Sequence[int]) -> Tuple[int, ...]:
+    def lost(self, layers_to_capture: Sequence[int]) -> tuple[int, ...]:
         if self.tbo is None:
             return ()
         start, end = self.tbo
         return tuple(i for i in layers_to_capture if start <= i < end)
 
 
-def split_layers(start_layer: int, end_layer: int, first_k_dense_replace: Optional[int],
+def split_layers(start_layer: int, end_layer: int, first_k_dense_replace: int | None,
                  can_run_tbo: bool) -> LayerSplit:
     """Mirror of DeepseekV2Model.forward's normal/TBO split (0.5.8 and 0.5.23 alike)."""
     normal_start, normal_end = start_layer, end_layer
@@ -91,7 +91,7 @@ def split_layers(start_layer: int, end_layer: int, first_k_dense_replace: Option
 
 
 def unreachable_indices(indices: Sequence[int], num_layers: int, embedding_capturable: bool,
-                        start_layer: int = 0, end_layer: Optional[int] = None, final_capturable: bool = False,
+                        start_layer: int = 0, end_layer: int | None = None, final_capturable: bool = False,
                         final_raises: bool = False):
     """Capture indices the loop can never capture, each with the reason. `final_capturable`: the family captures
     index n (the final layer's output) after its loop; `final_raises`: index n raises IndexError in the setter."""

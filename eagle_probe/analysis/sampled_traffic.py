@@ -8,16 +8,15 @@ the request's temperature, top-k and top-p, and the bonus token is sampled from 
 accepts t whenever it is the target's argmax. A draft that matches the argmax 80 % of the time is accepted at about
 the argmax's mean probability, lower the flatter the target's distribution."""
 
-from typing import Dict, Optional
 
 from .slices import GREEDY, UNKNOWN
 
 
-def split(sampling: Optional[Dict[str, dict]]) -> Dict[str, dict]:
+def split(sampling: dict[str, dict] | None) -> dict[str, dict]:
     """{"greedy": counts, "sampled": counts} from a `sampling` slice ({bucket: {"request_steps", "accepted",
     "drafted"}}); counts: request_steps, accepted_drafts, first_position_rate, mean_accept_length. Unknown buckets are
     left out; a side with no request-steps is left out."""
-    out: Dict[str, dict] = {}
+    out: dict[str, dict] = {}
     for bucket, counts in (sampling or {}).items():
         if bucket == UNKNOWN or not isinstance(counts, dict):
             continue
@@ -40,7 +39,7 @@ def split(sampling: Optional[Dict[str, dict]]) -> Dict[str, dict]:
     return out
 
 
-def judged(traffic: Dict[str, dict]) -> str:
+def judged(traffic: dict[str, dict]) -> str:
     """Which traffic a judgement over all request-steps judged: greedy, sampled, or mixed (with the greedy share)."""
     greedy = (traffic.get("greedy") or {}).get("request_steps", 0)
     sampled = (traffic.get("sampled") or {}).get("request_steps", 0)

@@ -25,7 +25,7 @@ temperature, with any wiring (analysis.sampled_traffic names that shortfall).
 """
 
 import math
-from typing import Dict, List, Optional, Sequence
+from collections.abc import Sequence
 
 from .findings import ACCEPTANCE_SLICE_LOW, CODES, Finding
 from .traffic import ENTRY, ENTRY_BUCKETS, LABEL_PREFIX, UNKNOWN, is_label_dimension
@@ -52,7 +52,7 @@ DIMENSIONS = {"position": POSITION_BUCKETS, "batch": BATCH_BUCKETS, "cached_pref
 REQUEST_DIMENSIONS = {ENTRY: ENTRY_BUCKETS}
 
 
-def ordered(slices: Dict[str, Dict[str, dict]]) -> Dict[str, Dict[str, dict]]:
+def ordered(slices: dict[str, dict[str, dict]]) -> dict[str, dict[str, dict]]:
     """Dimensions and buckets in their fixed order; custom-label dimensions after them, by name, values by name."""
     fixed = {**DIMENSIONS, **REQUEST_DIMENSIONS}
     out = {d: {b: slices[d][b] for b in fixed[d] if b in slices[d]} for d in fixed if d in slices}
@@ -90,7 +90,7 @@ def batch_bucket(size: int) -> str:
     return _BATCH_BY_BITS.get(size.bit_length(), BATCH_BUCKETS[-1]) if size > 0 else BATCH_BUCKETS[0]
 
 
-def path_bucket(graph: Optional[bool]) -> str:
+def path_bucket(graph: bool | None) -> str:
     """SGLang's can_run_cuda_graph: a bool; anything else is not known (and never evaluated: no device read)."""
     return "graph" if graph is True else ("eager" if graph is False else UNKNOWN)
 
@@ -115,14 +115,14 @@ def request_length_bucket(length: float) -> str:
     return REQUEST_LENGTH_BUCKETS[-1]
 
 
-def per_position(lengths: Dict, positions: int) -> List[int]:
+def per_position(lengths: dict, positions: int) -> list[int]:
     """Request-steps that accepted each 0-based draft position (accepted length > k); `lengths` is keyed by the
     accepted length or by (depth, accepted length)."""
     return [sum(n for key, n in lengths.items() if (key[1] if isinstance(key, tuple) else key) > k)
             for k in range(positions)]
 
 
-def drafted_per_position(lengths: Dict, positions: int) -> List[int]:
+def drafted_per_position(lengths: dict, positions: int) -> list[int]:
     """Request-steps whose draft reached each 0-based position (depth > k); `lengths` keyed by (depth, accepted)."""
     return [sum(n for key, n in lengths.items() if isinstance(key, tuple) and key[0] > k) for k in range(positions)]
 
@@ -137,7 +137,7 @@ def _p_lower(s1: int, n1: int, s2: int, n2: int) -> float:
     return 0.5 * math.erfc(z / math.sqrt(2))
 
 
-def low_slices(slices: Dict[str, Dict[str, dict]], positions: int) -> List[dict]:
+def low_slices(slices: dict[str, dict[str, dict]], positions: int) -> list[dict]:
     """Slices worse than the rest beyond chance. `slices`: {dimension: {bucket: {"request_steps": n, "accepted":
     [request-steps that accepted position k]}}}. Each result names the dimension, bucket, position (0-based), both
     rates and sizes, p, the number of tests run and the test."""
@@ -181,11 +181,11 @@ def _sane(counts: dict) -> bool:
                                                  or ())
 
 
-def _at(values: Optional[Sequence[int]], k: int) -> int:
+def _at(values: Sequence[int] | None, k: int) -> int:
     return values[k] if values and k < len(values) else 0
 
 
-def worst_per_slice(found: Sequence[dict]) -> List[dict]:
+def worst_per_slice(found: Sequence[dict]) -> list[dict]:
     """One result per (dimension, bucket): its most significant position (found is sorted by p)."""
     seen, out = set(), []
     for item in found:

@@ -11,7 +11,7 @@ runtime hands in the route, the labels and SGLang's per-request histogram of acc
   server does not allow are not sliced.
 """
 
-from typing import Dict, List, Optional, Sequence, Tuple
+from collections.abc import Sequence
 
 ENTRY = "entry"
 HTTP_SERVER = "http_server"  # the role of this process's events and findings (the schedulers' are "target")
@@ -23,7 +23,7 @@ MAX_LABEL_VALUES = 16
 MAX_LABEL_LENGTH = 64
 
 
-def entry_bucket(route: Optional[str]) -> str:
+def entry_bucket(route: str | None) -> str:
     """The entry point from the HTTP route's path (None: no HTTP request, the Engine API)."""
     return ENGINE if route is None else ENTRY_ROUTES.get(route, OTHER)
 
@@ -37,13 +37,13 @@ class LabelValues:
     clients sent that the server does not allow, `overflowed` the keys that reached MAX_LABEL_VALUES values, each
     reported once by the caller (`take_news`)."""
 
-    def __init__(self, allowed: Optional[Sequence[str]]):
+    def __init__(self, allowed: Sequence[str] | None):
         self.allowed = tuple(str(key) for key in (allowed or ()))
         self._values = {key: set() for key in self.allowed}
         self.refused, self.overflowed = set(), set()
-        self._news: List[Tuple[str, str]] = []
+        self._news: list[tuple[str, str]] = []
 
-    def buckets(self, labels) -> List[Tuple[str, str]]:
+    def buckets(self, labels) -> list[tuple[str, str]]:
         """[(dimension, bucket)] of one request's labels (a dict, or None)."""
         labels = labels if isinstance(labels, dict) else {}
         out = []
@@ -68,16 +68,16 @@ class LabelValues:
                 self._news.append((str(key), "not_allowed"))
         return out
 
-    def take_news(self) -> List[Tuple[str, str]]:
+    def take_news(self) -> list[tuple[str, str]]:
         """[(key, why)] not reported yet: why is "not_allowed" or "values" (the key reached MAX_LABEL_VALUES)."""
         news, self._news = self._news, []
         return news
 
 
-def lengths_from_histogram(histogram: Optional[Sequence[int]], positions: int) -> Dict[int, int]:
+def lengths_from_histogram(histogram: Sequence[int] | None, positions: int) -> dict[int, int]:
     """{accepted drafts, clamped to [0, positions]: verify steps} from SGLang's per-request histogram (entry k: the
     request's verify steps that accepted exactly k drafts). Entries that are not counts are left out."""
-    out: Dict[int, int] = {}
+    out: dict[int, int] = {}
     for accepted, steps in enumerate(histogram or ()):
         if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0:
             length = min(accepted, positions)

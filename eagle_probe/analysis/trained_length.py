@@ -10,7 +10,6 @@ passes it is named with both rates and L; acceptance that holds up past L is not
 EAGLE-3 draft fall from 2.30 at 2k tokens of context to 1.08 at 20k; SpecForge #289).
 """
 
-from typing import Dict, List, Optional, Tuple
 
 from .findings import ACCEPTANCE_PAST_TRAINED_LENGTH, CODES, Finding
 from .slices import ALPHA, MAX_RATIO, MIN_GAP, MIN_REQUEST_STEPS, UNKNOWN, _p_lower
@@ -20,7 +19,7 @@ TEST_NAME = (f"per draft position, one-sided two-proportion z-test of the reques
              f"tested; a gap of at least {MIN_GAP} with beyond at most {MAX_RATIO:.0%} of within")
 
 
-def bucket_range(label: str) -> Optional[Tuple[int, Optional[int]]]:
+def bucket_range(label: str) -> tuple[int, int | None] | None:
     """'64-127' -> (64, 127); '65536+' -> (65536, None); unknown or unreadable -> None."""
     if label == UNKNOWN:
         return None
@@ -33,7 +32,7 @@ def bucket_range(label: str) -> Optional[Tuple[int, Optional[int]]]:
         return None
 
 
-def _side(buckets: Dict[str, dict], names: List[str], positions: int) -> dict:
+def _side(buckets: dict[str, dict], names: list[str], positions: int) -> dict:
     n = sum(buckets[b]["request_steps"] for b in names)
     accepted = [sum(_at(buckets[b].get("accepted"), k) for b in names) for k in range(positions)]
     return {"buckets": names, "request_steps": n, "accepted": accepted,
@@ -45,7 +44,7 @@ def _at(values, k):
     return values[k] if values and k < len(values) and isinstance(values[k], int) else 0
 
 
-def compare(position_slices: Dict[str, dict], length: int, positions: int) -> Optional[dict]:
+def compare(position_slices: dict[str, dict], length: int, positions: int) -> dict | None:
     """Within against beyond `length` (None: no request-step on one side). `low` names the most significant position
     that passes the test, else None."""
     within, beyond, straddling = [], [], []

@@ -19,7 +19,7 @@ positions only: the draft's own recurrence, e.g. the decode path).
 """
 
 import math
-from typing import Dict, List, Optional, Sequence
+from collections.abc import Sequence
 
 from .acceptance import conditional_accuracies, describe_accuracy, expected_per_position_rate
 from .findings import ACCEPTANCE_BELOW_TRAINING, ERROR, WARNING, Finding
@@ -42,9 +42,9 @@ def _z(promised: float, served: float, sd: float, n: int) -> float:
     return math.inf if se == 0 else (promised - served) / se
 
 
-def compare(accuracy, drafts: int, per_position_rate: Sequence[Optional[float]],
-            mean_accept_length: Optional[float], depth_mix: Optional[Dict[int, int]] = None,
-            drafted: Optional[Sequence[int]] = None) -> Optional[dict]:
+def compare(accuracy, drafts: int, per_position_rate: Sequence[float | None],
+            mean_accept_length: float | None, depth_mix: dict[int, int] | None = None,
+            drafted: Sequence[int] | None = None) -> dict | None:
     """Served against promised for one rank's acceptance (None without drafts or positions). depth_mix: {depth:
     request-steps} where depth changed from step to step (adaptive depth): the promise is each depth's, weighted by
     its share; drafted: request-steps that drafted each position (each position's own sample size)."""
@@ -96,8 +96,8 @@ def where_it_breaks(comparison: dict) -> str:
             f"recurrence is not (the decode or verify path, the draft's KV cache, its positions)")
 
 
-def below_training_finding(comparison: dict, accuracy, accuracy_source: str, checks: List[dict],
-                           next_steps: List[str], where: str) -> Finding:
+def below_training_finding(comparison: dict, accuracy, accuracy_source: str, checks: list[dict],
+                           next_steps: list[str], where: str) -> Finding:
     """acceptance_below_training: served below the promise and no finding explains it. checks: [{"check", "status":
     clean | problem | not checked | n/a, "detail"}]; next_steps: commands to run, in order."""
     per = "; ".join(f"{row['position']}: {_pct(row['served_rate'])} of {_pct(row['promised_rate'])}"
@@ -124,5 +124,5 @@ def below_training_finding(comparison: dict, accuracy, accuracy_source: str, che
     return Finding(ACCEPTANCE_BELOW_TRAINING, comparison["severity"], message, tuple(sorted(evidence.items())))
 
 
-def _pct(value: Optional[float]) -> str:
+def _pct(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.3f}"

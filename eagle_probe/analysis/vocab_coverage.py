@@ -21,7 +21,7 @@ When coverage is the cause (draft_vocab_coverage_low), either:
 """
 
 import math
-from typing import Optional, Sequence, Tuple
+from collections.abc import Sequence
 
 from .findings import DRAFT_VOCAB_COVERAGE_LOW, Finding, _finding
 
@@ -35,8 +35,8 @@ MAP_D2T = "d2t"  # the checkpoint's d2t: draft id i -> target id i + d2t[i]
 MAP_NONE = "none"  # no d2t and a smaller draft vocabulary: draft id i used as target id i
 
 
-def hot_ids(draft_vocab_size: Optional[int], target_vocab_size: Optional[int],
-            d2t: Optional[Sequence[int]]) -> Tuple[str, Optional[Tuple[int, ...]]]:
+def hot_ids(draft_vocab_size: int | None, target_vocab_size: int | None,
+            d2t: Sequence[int] | None) -> tuple[str, tuple[int, ...] | None]:
     """(map kind, the target ids the draft can propose); ids None for MAP_FULL. Ids outside [0, target vocabulary)
     are dropped (a bad map: draft_vocab_map_invalid says so); duplicates count once."""
     if d2t is not None:
@@ -56,7 +56,7 @@ def in_vocab_table(target_vocab_size: int, ids: Sequence[int]) -> bytearray:
     return table
 
 
-def describe_map(kind: str, hot_size: Optional[int], draft_vocab_size: Optional[int]) -> str:
+def describe_map(kind: str, hot_size: int | None, draft_vocab_size: int | None) -> str:
     if kind == MAP_FULL:
         return "the target's whole vocabulary"
     if kind == MAP_NONE:
@@ -64,7 +64,7 @@ def describe_map(kind: str, hot_size: Optional[int], draft_vocab_size: Optional[
     return f"{hot_size} target ids through d2t" if kind == MAP_D2T else "the draft's vocabulary"
 
 
-def length_cap(coverage: float, positions: Optional[int] = None) -> Optional[float]:
+def length_cap(coverage: float, positions: int | None = None) -> float | None:
     """The largest mean accept length (bonus included) this coverage allows: 1 / (1 - coverage), and no more than
     positions + 1 (None: unbounded, full coverage with no known chain length)."""
     cap = math.inf if coverage >= 1 else 1.0 / (1.0 - coverage)
@@ -83,9 +83,9 @@ def served_share(mean_accept_length: float) -> float:
     return (mean_accept_length - 1.0) / mean_accept_length if mean_accept_length > 0 else 0.0
 
 
-def coverage_finding(in_vocab: int, total: int, map_kind: str, hot_size: Optional[int],
-                     draft_vocab_size: Optional[int], where: str, mean_accept_length: Optional[float] = None,
-                     positions: Optional[int] = None, below_promise: bool = False) -> Optional[Finding]:
+def coverage_finding(in_vocab: int, total: int, map_kind: str, hot_size: int | None,
+                     draft_vocab_size: int | None, where: str, mean_accept_length: float | None = None,
+                     positions: int | None = None, below_promise: bool = False) -> Finding | None:
     """draft_vocab_coverage_low, or None (too few tokens, or the coverage neither low nor binding)."""
     if total < MIN_TOKENS or total <= 0 or map_kind == MAP_FULL:
         return None

@@ -7,7 +7,7 @@ target id i + d2t[i] (SGLang: `hot_token_id = d2t + arange(len)`, llama_eagle3.p
 (acceptance near zero) and target ids >= draft_vocab_size can never be proposed.
 """
 
-from typing import List, Optional, Sequence
+from collections.abc import Sequence
 
 from .findings import DRAFT_VOCAB_MAP_INVALID, DRAFT_VOCAB_MAP_MISSING, Finding, _finding
 
@@ -18,7 +18,7 @@ FIX = ("ship the d2t tensor the training wrote with the draft's checkpoint (Spec
        "target's full vocabulary (draft_vocab_size = vocab_size)")
 
 
-def needs_map(draft_vocab_size: Optional[int], target_vocab_size: Optional[int]) -> bool:
+def needs_map(draft_vocab_size: int | None, target_vocab_size: int | None) -> bool:
     """A map is needed only when the draft predicts over fewer ids than the target has (None: lm_head from the
     target, the full vocabulary)."""
     return draft_vocab_size is not None and target_vocab_size is not None and draft_vocab_size < target_vocab_size
@@ -36,10 +36,10 @@ def map_missing_finding(model_class: str, draft_vocab_size: int, target_vocab_si
         never_proposed=never, source=where)
 
 
-def map_problems(d2t: Sequence[int], draft_vocab_size: Optional[int], target_vocab_size: int) -> dict:
+def map_problems(d2t: Sequence[int], draft_vocab_size: int | None, target_vocab_size: int) -> dict:
     """What is wrong with a d2t map: {"length": (len, expected) or None, "out_of_range": [(draft id, target id)],
     "out_of_range_count": n, "collisions": [(target id, [draft ids])], "collision_count": n}."""
-    out_of_range: List[tuple] = []
+    out_of_range: list[tuple] = []
     out_count = 0
     first_owner = {}
     collisions = {}
@@ -62,8 +62,8 @@ def map_problems(d2t: Sequence[int], draft_vocab_size: Optional[int], target_voc
             "collision_count": sum(len(ids) - 1 for ids in collisions.values())}
 
 
-def map_invalid_finding(model_class: str, problems: dict, draft_vocab_size: Optional[int], target_vocab_size: int,
-                        where: str) -> Optional[Finding]:
+def map_invalid_finding(model_class: str, problems: dict, draft_vocab_size: int | None, target_vocab_size: int,
+                        where: str) -> Finding | None:
     parts = []
     if problems["length"]:
         got, expected = problems["length"]
@@ -91,8 +91,8 @@ def map_invalid_finding(model_class: str, problems: dict, draft_vocab_size: Opti
         collision_examples=[[t, list(ids)] for t, ids in problems["collisions"]], source=where)
 
 
-def vocab_map_findings(model_class: str, draft_vocab_size: Optional[int], target_vocab_size: Optional[int],
-                       d2t: Optional[Sequence[int]], where: str = "the draft's checkpoint") -> List[Finding]:
+def vocab_map_findings(model_class: str, draft_vocab_size: int | None, target_vocab_size: int | None,
+                       d2t: Sequence[int] | None, where: str = "the draft's checkpoint") -> list[Finding]:
     """draft_vocab_map_missing / draft_vocab_map_invalid, or nothing.
 
     draft_vocab_size None (SGLang loads the target's lm_head) or equal to the target's needs no map; a d2t given
@@ -117,8 +117,8 @@ def vocab_map_findings(model_class: str, draft_vocab_size: Optional[int], target
     return [finding] if finding else []
 
 
-def load_findings(model_class: str, draft_vocab_size: Optional[int], target_vocab_size: Optional[int],
-                  d2t_size: Optional[int], problems: Optional[dict]) -> List[Finding]:
+def load_findings(model_class: str, draft_vocab_size: int | None, target_vocab_size: int | None,
+                  d2t_size: int | None, problems: dict | None) -> list[Finding]:
     """The running probe's check at draft load, from plain values (DraftLoaded): d2t_size None when the checkpoint
     has no d2t; problems = map_problems(d2t, draft_vocab_size, target_vocab_size), computed once on the CPU copy of
     the d2t tensor while SGLang loads it (None: not computed)."""

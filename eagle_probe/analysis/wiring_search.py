@@ -7,22 +7,22 @@ near-ties of the best and the choice among them that the installed SGLang releas
 """
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..versions import VersionRules
 from .draft_rules import ids_for_capture
 
-Wiring = Tuple[int, ...]
+Wiring = tuple[int, ...]
 # evaluate(wirings) -> [(correct, positions[, mean log-likelihood of the target's token])] in the same order
-Evaluate = Callable[[List[Wiring]], List[tuple]]
+Evaluate = Callable[[list[Wiring]], list[tuple]]
 
 EXHAUSTIVE_LIMIT = 512  # search every wiring when there are at most this many ((num indices) ** K)
 MAX_ROUNDS = 50  # coordinate search: a guard; each round that improves raises the accuracy strictly
 Z_95 = 1.959963984540054
 
 
-def wilson_interval(correct: int, n: int, z: float = Z_95) -> Tuple[float, float]:
+def wilson_interval(correct: int, n: int, z: float = Z_95) -> tuple[float, float]:
     """The Wilson score interval of a binomial proportion (95 % by default); (0, 1) when n is 0."""
     if n <= 0:
         return 0.0, 1.0
@@ -42,7 +42,7 @@ class Candidate:
     hf_indices: Wiring
     correct: int
     positions: int
-    log_likelihood: Optional[float] = None  # mean log p(target's token) under the draft; None when not measured
+    log_likelihood: float | None = None  # mean log p(target's token) under the draft; None when not measured
 
     @property
     def likelihood_key(self) -> float:
@@ -55,7 +55,7 @@ class Candidate:
         return self.correct / self.positions if self.positions else 0.0
 
     @property
-    def interval(self) -> Tuple[float, float]:
+    def interval(self) -> tuple[float, float]:
         return wilson_interval(self.correct, self.positions)
 
     def overlaps(self, other: "Candidate") -> bool:
@@ -67,33 +67,33 @@ class Candidate:
 @dataclass
 class SearchResult:
     method: str  # "exhaustive" | "coordinate"
-    candidates: Dict[Wiring, Candidate]
+    candidates: dict[Wiring, Candidate]
     total_wirings: int
     rounds: int  # coordinate-search rounds (1 for exhaustive)
     start: Wiring
 
-    def ranked(self, prefer: Optional[Wiring] = None) -> List[Candidate]:
+    def ranked(self, prefer: Wiring | None = None) -> list[Candidate]:
         """Best first: accuracy, then the likelihood, then `prefer` (the served wiring), then the lower indices."""
         return sorted(self.candidates.values(), key=lambda c: (-c.correct / max(c.positions, 1), -c.likelihood_key,
                                                                c.hf_indices != prefer, c.hf_indices))
 
 
-def _evaluate_new(wirings: Sequence[Wiring], known: Dict[Wiring, Candidate], evaluate: Evaluate) -> None:
+def _evaluate_new(wirings: Sequence[Wiring], known: dict[Wiring, Candidate], evaluate: Evaluate) -> None:
     todo = [w for w in dict.fromkeys(tuple(w) for w in wirings) if w not in known]
     if todo:
         for wiring, score in zip(todo, evaluate(todo)):
             known[wiring] = Candidate(wiring, int(score[0]), int(score[1]), *score[2:])
 
 
-def all_wirings(indices: Sequence[int], slots: int) -> List[Wiring]:
-    out: List[Wiring] = [()]
+def all_wirings(indices: Sequence[int], slots: int) -> list[Wiring]:
+    out: list[Wiring] = [()]
     for _ in range(slots):
         out = [w + (i,) for w in out for i in indices]
     return out
 
 
 def search(indices: Sequence[int], slots: int, start: Wiring, evaluate: Evaluate,
-           exhaustive_limit: int = EXHAUSTIVE_LIMIT, batch: Optional[int] = None) -> SearchResult:
+           exhaustive_limit: int = EXHAUSTIVE_LIMIT, batch: int | None = None) -> SearchResult:
     """Exhaustive when there are at most `exhaustive_limit` wirings, else a coordinate search from `start`: one slot
     at a time over every index (the others fixed), keeping a strictly better wiring, until a whole round over the
     slots improves nothing. `batch` caps how many wirings one evaluate call gets."""
@@ -104,7 +104,7 @@ def search(indices: Sequence[int], slots: int, start: Wiring, evaluate: Evaluate
     if len(start) != slots or any(i not in indices for i in start):
         start = tuple(indices[min(k, len(indices) - 1)] for k in range(slots))
     total = count_wirings(len(indices), slots)
-    known: Dict[Wiring, Candidate] = {}
+    known: dict[Wiring, Candidate] = {}
 
     def run(wirings):
         step = batch or len(wirings) or 1
@@ -136,15 +136,15 @@ class Choice:
     """The search's verdict: the highest candidate, its near-ties, and the one to recommend."""
 
     top: Candidate
-    near_ties: List[Candidate]  # candidates whose interval overlaps the top's (the top included), best first
+    near_ties: list[Candidate]  # candidates whose interval overlaps the top's (the top included), best first
     best: Candidate  # among the near-ties the release can reach, the likeliest (the top if none can)
-    ids: Optional[Tuple[int, ...]]  # eagle_aux_hidden_state_layer_ids that capture `best` on the release
-    unreachable: Optional[str]  # why no ids capture `best` (None when ids were found)
-    reachability: Dict[Wiring, Tuple[Optional[Tuple[int, ...]], str]]  # per near-tie: (ids, why not)
-    runner_up: Optional[Candidate] = None  # the next likeliest reachable near-tie: what `best` was chosen over
+    ids: tuple[int, ...] | None  # eagle_aux_hidden_state_layer_ids that capture `best` on the release
+    unreachable: str | None  # why no ids capture `best` (None when ids were found)
+    reachability: dict[Wiring, tuple[tuple[int, ...] | None, str]]  # per near-tie: (ids, why not)
+    runner_up: Candidate | None = None  # the next likeliest reachable near-tie: what `best` was chosen over
 
 
-def choose(result: SearchResult, num_layers: int, rules: VersionRules, served: Optional[Wiring] = None,
+def choose(result: SearchResult, num_layers: int, rules: VersionRules, served: Wiring | None = None,
            family=None) -> Choice:
     """Near-ties are statistically indistinguishable by accuracy; among those the release can reach, the one under
     which the draft gives the target's tokens the highest mean log-probability is recommended: a draft is trained to

@@ -4,7 +4,6 @@ register their own subcommands."""
 import argparse
 import os
 import sys
-from typing import Optional
 
 from .. import __version__
 from ..bootstrap import BOOTSTRAP_DIR
@@ -77,7 +76,7 @@ def _option_values(args) -> dict:
     return {name: (option, value) for name, (option, value) in values.items() if value is not None}
 
 
-def _useless_option(args, env) -> Optional[str]:
+def _useless_option(args, env) -> str | None:
     """An option given that has no effect without another one (neither given as an option nor as a variable)."""
     for options, needed, variable in NEEDS:
         given = [o for o in options if getattr(args, _dest(o)) is not None]
@@ -95,7 +94,7 @@ def _run_environment(args, base_env) -> dict:
     return env
 
 
-def _dir_problem(directory: str) -> Optional[str]:
+def _dir_problem(directory: str) -> str | None:
     """Why the probe could not write its files under directory; it creates the missing part itself."""
     path = os.path.abspath(directory)
     while not os.path.lexists(path) and os.path.dirname(path) != path:
@@ -107,7 +106,7 @@ def _dir_problem(directory: str) -> Optional[str]:
     return None
 
 
-def _config_problem(env) -> Optional[ConfigError]:
+def _config_problem(env) -> ConfigError | None:
     """The first bad EAGLE_PROBE_* value, found before anything is launched (the probe would only log it)."""
     try:
         config = load_config(env)

@@ -8,21 +8,31 @@ Exit status: 0 clean (warnings allowed), 1 a finding of severity error, 2 bad in
 
 import os
 import sys
-from typing import List, Optional, Tuple
 
-from ..analysis.config_rules import (EAGLE, EAGLE3, DraftSpec, LaunchSpec, TargetSpec, add_speculation_options,
-                                    config_findings, fix_for, predict, render_speculation, result_line,
-                                    speculation_for)
-from ..analysis.findings import ERROR
+from .. import families
 from ..analysis import draft_config_keys, draft_ids, layers
+from ..analysis.config_rules import (
+    EAGLE,
+    EAGLE3,
+    DraftSpec,
+    LaunchSpec,
+    TargetSpec,
+    add_speculation_options,
+    config_findings,
+    fix_for,
+    predict,
+    render_speculation,
+    result_line,
+    speculation_for,
+)
+from ..analysis.findings import ERROR
 from ..analysis.layers import TRAINED_LAYERS_HELP, capture_label
 from ..draft_dir import trained_length
-from .json_files import MAX_CONFIG_BYTES, read_json_object, shown as _shown
-from .output import emit, finding_line, fix_lines
+from ..versions import SUPPORTED_RANGE_TEXT, installed_sglang_version, is_supported, parse_version, rules_for
 from . import target_family
-from .. import families
-from ..versions import (SUPPORTED_RANGE_TEXT, installed_sglang_version, is_supported, parse_version,
-                       rules_for)
+from .json_files import MAX_CONFIG_BYTES, read_json_object
+from .json_files import shown as _shown
+from .output import emit, finding_line, fix_lines
 
 NESTED_TEXT_KEYS = target_family.NESTED_TEXT_KEYS
 
@@ -45,14 +55,14 @@ def _config_file(path: str, what: str) -> str:
     return file
 
 
-def load_config_json(path: str, what: str) -> Tuple[str, dict]:
+def load_config_json(path: str, what: str) -> tuple[str, dict]:
     """Read a config.json from a directory or the file itself. Returns (file path, dict)."""
     file = _config_file(path, what)
     return file, read_json_object(file, f"{what} config", DoctorInputError, MAX_CONFIG_BYTES)
 
 
 def _int(data: dict, key: str, file: str, what: str, prefix: str = "", required: bool = True,
-         minimum: int = 1) -> Optional[int]:
+         minimum: int = 1) -> int | None:
     name = prefix + key
     if key not in data or data[key] is None:
         if required:
@@ -74,7 +84,7 @@ def _bool(data: dict, key: str, file: str, prefix: str, default: bool) -> bool:
     return data[key]
 
 
-def _names(data: dict, file: str, what: str, prefix: str) -> List[str]:
+def _names(data: dict, file: str, what: str, prefix: str) -> list[str]:
     """'architectures': a list of class names (or absent)."""
     value = data.get("architectures")
     if value is None:
@@ -86,7 +96,7 @@ def _names(data: dict, file: str, what: str, prefix: str) -> List[str]:
 
 
 def parse_target(data: dict, file: str, need_fkdr: bool = False,
-                 family=None) -> Tuple[TargetSpec, List[str]]:
+                 family=None) -> tuple[TargetSpec, list[str]]:
     """The target's shape from its config; `family` (a families.Family row) decides whether TBO needs
     first_k_dense_replace (only families whose TBO split starts there)."""
     notes = []
@@ -111,7 +121,7 @@ def parse_target(data: dict, file: str, need_fkdr: bool = False,
     return TargetSpec(model_class, num_layers, hidden, fkdr, family), notes
 
 
-def _ids(value, file: str, key: str) -> Optional[Tuple[int, ...]]:
+def _ids(value, file: str, key: str) -> tuple[int, ...] | None:
     if value is None:
         return None
     if not isinstance(value, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in value):
@@ -119,7 +129,7 @@ def _ids(value, file: str, key: str) -> Optional[Tuple[int, ...]]:
     return tuple(value)
 
 
-def _draft_ids(data: dict, eagle: dict, file: str) -> Tuple[Optional[Tuple[int, ...]], Optional[Tuple[int, ...]]]:
+def _draft_ids(data: dict, eagle: dict, file: str) -> tuple[tuple[int, ...] | None, tuple[int, ...] | None]:
     """(eagle_config's ids, the top-level ids). The target reads only the first; Kimi's MLA draft falls back to the
     second to size its fc (analysis.draft_ids), so the two must not disagree."""
     nested = _ids(eagle.get("eagle_aux_hidden_state_layer_ids"), file, "eagle_config.eagle_aux_hidden_state_layer_ids")
@@ -131,7 +141,7 @@ def _draft_ids(data: dict, eagle: dict, file: str) -> Tuple[Optional[Tuple[int, 
     return nested, top
 
 
-def parse_draft(data: dict, file: str) -> Tuple[DraftSpec, List[str]]:
+def parse_draft(data: dict, file: str) -> tuple[DraftSpec, list[str]]:
     notes = []
     archs = _names(data, file, "draft", "")
     model_class = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else \
@@ -171,7 +181,7 @@ def parse_draft(data: dict, file: str) -> Tuple[DraftSpec, List[str]]:
 
 # -- --trained-layers -----------------------------------------------------------------------------
 
-def parse_trained_layers(spec: str) -> Tuple[int, ...]:
+def parse_trained_layers(spec: str) -> tuple[int, ...]:
     """--trained-layers -> HF hidden_states indices (the one parser: analysis.layers)."""
     try:
         return layers.parse_trained_layers(spec)
@@ -181,9 +191,9 @@ def parse_trained_layers(spec: str) -> Tuple[int, ...]:
 
 # -- the report ------------------------------------------------------------------------------------
 
-def diagnose(target_path: str, draft_path: str, sglang_version: Optional[str] = None,
-             trained_layers: Optional[str] = None, tbo: bool = False, cuda_graph: bool = True,
-             algorithm: str = EAGLE3, pp_size: int = 1, pp_partition: Optional[str] = None, spec=None) -> dict:
+def diagnose(target_path: str, draft_path: str, sglang_version: str | None = None,
+             trained_layers: str | None = None, tbo: bool = False, cuda_graph: bool = True,
+             algorithm: str = EAGLE3, pp_size: int = 1, pp_partition: str | None = None, spec=None) -> dict:
     """Everything doctor prints, as one dict (`spec`: the speculation flags, config_rules.SPECULATION_FLAGS' dests).
     Raises DoctorInputError on bad input."""
     notes = []
@@ -207,7 +217,7 @@ def diagnose(target_path: str, draft_path: str, sglang_version: Optional[str] = 
         try:
             partition = tuple(int(x) for x in pp_partition.split(","))
         except ValueError:
-            raise DoctorInputError(f"--pp-partition {pp_partition!r}: expected comma-separated layer counts")
+            raise DoctorInputError(f"--pp-partition {pp_partition!r}: expected comma-separated layer counts") from None
         if min(partition) < 1:
             raise DoctorInputError(f"--pp-partition {pp_partition!r}: every stage needs at least 1 layer")
     trained = parse_trained_layers(trained_layers) if trained_layers else None
@@ -283,7 +293,7 @@ def diagnose(target_path: str, draft_path: str, sglang_version: Optional[str] = 
     }
 
 
-def _ignored_keys(draft_data: dict, model_class: str, sglang_version: Optional[str]):
+def _ignored_keys(draft_data: dict, model_class: str, sglang_version: str | None):
     """draft_config_ignored predicted from the config and the release table (the running probe's rule)."""
     release, _ = draft_config_keys.judged_release(sglang_version)
     return draft_config_keys.ignored_finding(draft_config_keys.ignored_keys(draft_data, model_class, release),

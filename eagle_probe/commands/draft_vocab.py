@@ -5,7 +5,6 @@ analysis.vocab_map's, the same the running probe applies at load time.
 """
 
 import os
-from typing import List, Optional, Tuple
 
 from ..analysis.draft_ids import draft_class, takes_d2t
 from ..analysis.vocab_map import needs_map, vocab_map_findings
@@ -21,7 +20,7 @@ def is_d2t(name: str) -> bool:
     return "d2t" in name
 
 
-def _vocab(data: dict, key: str, file: str, what: str, error: type) -> Optional[int]:
+def _vocab(data: dict, key: str, file: str, what: str, error: type) -> int | None:
     value = data.get(key)
     if value is None:
         return None
@@ -30,7 +29,7 @@ def _vocab(data: dict, key: str, file: str, what: str, error: type) -> Optional[
     return value
 
 
-def target_vocab_size(data: dict, file: str, error: type) -> Optional[int]:
+def target_vocab_size(data: dict, file: str, error: type) -> int | None:
     for key in NESTED_TEXT_KEYS:
         nested = data.get(key)
         if isinstance(nested, dict) and nested.get("vocab_size") is not None:
@@ -38,13 +37,13 @@ def target_vocab_size(data: dict, file: str, error: type) -> Optional[int]:
     return _vocab(data, "vocab_size", file, "target", error)
 
 
-def checkpoint_files(draft_dir: str) -> List[str]:
+def checkpoint_files(draft_dir: str) -> list[str]:
     return sorted(os.path.join(draft_dir, n) for n in os.listdir(draft_dir)
                   if n.endswith(".safetensors") and os.path.isfile(os.path.join(draft_dir, n)))
 
 
 def check_draft_vocab(draft_path: str, draft_file: str, draft_data: dict, target_file: str, target_data: dict,
-                      model_class: str, error: type) -> Tuple[list, dict, List[str]]:
+                      model_class: str, error: type) -> tuple[list, dict, list[str]]:
     """(findings, the "vocab_map" section of doctor's report, notes). Raises error for a config key of the wrong
     type, or a checkpoint header or d2t that cannot be read (wrong dtype or shape, truncated)."""
     draft_vocab = _vocab(draft_data, "draft_vocab_size", draft_file, "draft", error)
@@ -85,7 +84,7 @@ def check_draft_vocab(draft_path: str, draft_file: str, draft_data: dict, target
     return findings, info, notes
 
 
-def render_vocab(info: dict) -> Optional[str]:
+def render_vocab(info: dict) -> str | None:
     """doctor's text line for the vocabulary (None when neither size is known)."""
     if info["draft_vocab_size"] is None and info["target_vocab_size"] is None:
         return None

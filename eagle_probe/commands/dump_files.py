@@ -5,11 +5,26 @@ import json
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Dict, List, Tuple
 
-from ..dump_format import (ACCEPTED, AUX, EXTEND_MODE, FINAL, FORMAT_KEY, FORMAT_VERSION, INPUT_IDS, LAYER_PREFIX,
-                           META_KEY, POSITIONS, PREFIX_COUNTS, PREFIX_IDS, PREFIX_LENS, REQUIRED, SEQ_LENS, SUFFIX,
-                           TARGET_IDS)
+from ..dump_format import (
+    ACCEPTED,
+    AUX,
+    EXTEND_MODE,
+    FINAL,
+    FORMAT_KEY,
+    FORMAT_VERSION,
+    INPUT_IDS,
+    LAYER_PREFIX,
+    META_KEY,
+    POSITIONS,
+    PREFIX_COUNTS,
+    PREFIX_IDS,
+    PREFIX_LENS,
+    REQUIRED,
+    SEQ_LENS,
+    SUFFIX,
+    TARGET_IDS,
+)
 from .safetensors_io import open_safetensors, read_tensor
 
 NO_DUMPS_HINT = ("the probe writes them when EAGLE_PROBE_DUMP_DIR is set (EAGLE_PROBE_DUMP_LAYERS=all for replay "
@@ -27,12 +42,12 @@ class DumpError(ValueError):
 class Dump:
     path: str
     meta: dict
-    tensors: Dict[str, object]  # name -> torch.Tensor: the required ones and the extend lengths when present
-    layers: Dict[int, object]  # HF index -> [T, H] (all-layer dumps, when read)
-    layer_indices: List[int]  # the hidden_states.I this file holds, read or not
-    hf_indices: Tuple[int, ...]  # per aux slot, as served
+    tensors: dict[str, object]  # name -> torch.Tensor: the required ones and the extend lengths when present
+    layers: dict[int, object]  # HF index -> [T, H] (all-layer dumps, when read)
+    layer_indices: list[int]  # the hidden_states.I this file holds, read or not
+    hf_indices: tuple[int, ...]  # per aux slot, as served
     num_layers: int
-    requests: List[Tuple[int, int, int]]  # (first row, end row, tokens cached before the first row) per request
+    requests: list[tuple[int, int, int]]  # (first row, end row, tokens cached before the first row) per request
 
     @property
     def rows(self) -> int:
@@ -49,15 +64,15 @@ class Dump:
         return FINAL in self.tensors
 
     @property
-    def capture_indices(self) -> List[int]:
+    def capture_indices(self) -> list[int]:
         return list(self.meta.get("capture_indices") or [])
 
 
 @dataclass
 class DumpSet:
     directory: str
-    dumps: List[Dump] = field(default_factory=list)
-    skipped: List[Tuple[str, str]] = field(default_factory=list)  # (path, why)
+    dumps: list[Dump] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (path, why)
 
 
 def _meta(header: dict, path: str) -> dict:
@@ -72,7 +87,7 @@ def _meta(header: dict, path: str) -> dict:
     return meta
 
 
-def _int_list(meta: dict, key: str, path: str) -> Tuple[int, ...]:
+def _int_list(meta: dict, key: str, path: str) -> tuple[int, ...]:
     value = meta.get(key)
     if not isinstance(value, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in value):
         raise DumpError(f"dump {path}: metadata '{key}' is {value!r}, expected a list of integers")
@@ -86,7 +101,7 @@ def _layer_index(name: str, path: str) -> int:
     return int(suffix)
 
 
-def _requests(tensors: dict, rows: int, path: str) -> List[Tuple[int, int, int]]:
+def _requests(tensors: dict, rows: int, path: str) -> list[tuple[int, int, int]]:
     lens = tensors.get(SEQ_LENS)
     if lens is None:
         return [(0, rows, 0)]
@@ -104,7 +119,7 @@ def _requests(tensors: dict, rows: int, path: str) -> List[Tuple[int, int, int]]
     return out
 
 
-def _check_shapes(tensors: dict, hf_indices: Tuple[int, ...], path: str, meta: dict) -> int:
+def _check_shapes(tensors: dict, hf_indices: tuple[int, ...], path: str, meta: dict) -> int:
     """The hidden size, once the shapes agree."""
     shapes = {name: list(tensors[name].shape) for name in REQUIRED + (FINAL, TARGET_IDS) if name in tensors}
     if any(tensors[name].dim() != 1 for name in (INPUT_IDS, POSITIONS, TARGET_IDS) if name in tensors):
@@ -156,7 +171,7 @@ def read_dump(path: str, layers: bool = True) -> Dump:
                 _requests(tensors, rows, path))
 
 
-def dump_paths(path: str) -> Tuple[str, List[str]]:
+def dump_paths(path: str) -> tuple[str, list[str]]:
     """(directory, dump files sorted by name) for a dump directory or a single dump file."""
     if os.path.isfile(path):
         return os.path.dirname(path) or ".", [path]
@@ -211,16 +226,16 @@ def read_dump_dir(path: str, layers: bool = True, strict: bool = False, modes=(E
     return found
 
 
-def server_of(dump: Dump) -> Tuple[str, str, int]:
+def server_of(dump: Dump) -> tuple[str, str, int]:
     """What a dump says served it: (SGLang release, target class, hidden size); "unknown" where it does not say."""
     meta = dump.meta
     return str(meta.get("sglang_version") or UNKNOWN), str(meta.get("model_class") or UNKNOWN), dump.hidden_size
 
 
-def _one_server(dumps: List[Dump], path: str) -> None:
+def _one_server(dumps: list[Dump], path: str) -> None:
     """Dumps of two releases or two models hold states of other layer conventions or shapes: no command may pool
     them. DumpError naming each group (its size and a file); the files stay where they are."""
-    groups: Dict[Tuple[str, str, int], List[str]] = {}
+    groups: dict[tuple[str, str, int], list[str]] = {}
     for dump in dumps:
         groups.setdefault(server_of(dump), []).append(dump.path)
     if len(groups) > 1:

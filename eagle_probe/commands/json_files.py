@@ -7,7 +7,6 @@ import json
 import os
 import stat
 
-
 MAX_CONFIG_BYTES = 10 * 1024 * 1024  # a model's config.json is kilobytes; anything this big is not one
 
 

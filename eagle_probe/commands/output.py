@@ -2,7 +2,7 @@
 wiring. One place, so `doctor`, `replay`, `parity` and `summarize` say the same thing the same way."""
 
 import json
-from typing import Callable, List, Optional
+from collections.abc import Callable
 
 
 def emit(result: dict, fmt: str, render_text: Callable[[dict], str]) -> int:
@@ -17,7 +17,7 @@ def finding_line(finding) -> str:
     return f"{get('severity').upper()} {get('code')}: {get('message')}"
 
 
-def fix_lines(goal: str, ids: Optional[list], impossible: Optional[str], notes: List[str]) -> List[str]:
+def fix_lines(goal: str, ids: list | None, impossible: str | None, notes: list[str]) -> list[str]:
     """The draft-config ids that reach a wiring on this release, or why none can, and the caveats."""
     head = (f"{goal}: eagle_aux_hidden_state_layer_ids = {ids}" if ids is not None
             else f"{goal}: impossible in this release: {impossible}")

@@ -12,7 +12,6 @@ server whose probe dumps every EXTEND forward into --dump-dir.
 import argparse
 import json
 import sys
-from typing import Dict, List, Optional
 
 from .. import versions
 from ..analysis.draft_rules import ids_for_capture
@@ -59,7 +58,7 @@ def _match(samples, ids, positions):
     return None
 
 
-def _stats(x, y) -> Dict[str, float]:
+def _stats(x, y) -> dict[str, float]:
     """Per-token cosine and rel_diff of x, y [n, H] (float32), summarised, plus the totals for aggregating."""
     import torch
 
@@ -77,7 +76,7 @@ def compare(samples, dumps) -> dict:
     hidden = samples[0].hidden_size
     slots = samples[0].slots
     served_rows, train_rows = [], []  # per matched request: (served aux [n, K*H], training aux [n, K*H])
-    layer_rows: Dict[int, List] = {}
+    layer_rows: dict[int, list] = {}
     unmatched, capture = 0, None
     for dump in dumps:
         if dump.hidden_size != hidden:
@@ -118,7 +117,7 @@ def compare(samples, dumps) -> dict:
     return report
 
 
-def findings(report: dict, num_layers: Optional[int]) -> list:
+def findings(report: dict, num_layers: int | None) -> list:
     out = []
     for entry in report["slots"]:
         if entry["matches"]:
@@ -131,7 +130,7 @@ def findings(report: dict, num_layers: Optional[int]) -> list:
     return out
 
 
-def ids_to_set(report: dict, num_layers: int, release: Optional[str], resolved) -> Optional[dict]:
+def ids_to_set(report: dict, num_layers: int, release: str | None, resolved) -> dict | None:
     """The ids that make the target capture, slot by slot, the served HF indices the training slots match best
     (all-layer dumps), by the family's rule; None when some slot has no best match."""
     trained = [e["best_hf_index"] for e in report["slots"]]

@@ -58,7 +58,7 @@ def run(args) -> int:
     except OSError as exc:
         print(f"eagle-probe reference: cannot write {args.output}: {exc.strerror}", file=sys.stderr)
         return 2
-    for path, why in data.skipped:
+    for _path, why in data.skipped:
         print(f"eagle-probe reference: skipped {why}", file=sys.stderr)
     print(f"eagle-probe reference: {len(data.samples)} samples, {reference['tokens']} tokens, "
           f"{len(reference['slots'])} slots of width {reference['hidden_size']} -> {args.output}")

@@ -10,7 +10,6 @@ import json
 import os
 import sys
 from array import array
-from typing import Dict, List, Optional, Tuple
 
 MAX_HEADER_BYTES = 100 * 1024 * 1024  # safetensors' own limit
 MAX_MAP_BYTES = 64 * 1024 * 1024  # a d2t of 8 M int64 entries; real vocabularies are under 1 M
@@ -22,7 +21,7 @@ ITEM_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "BOOL": 1, "F8_E4M3": 1, 
     k: v[0] for k, v in INTEGER_DTYPES.items()}}
 
 
-def read_header(path: str, error: type) -> Dict[str, dict]:
+def read_header(path: str, error: type) -> dict[str, dict]:
     """{tensor name: {"dtype", "shape", "data_offsets"}} of one file (metadata dropped), checked against the file's
     size. Raises error(message) for a file that is not a readable, complete safetensors file."""
     what = f"safetensors file {path}"
@@ -79,7 +78,7 @@ def header_length(path: str) -> int:
         return int.from_bytes(handle.read(8), "little")
 
 
-def read_integer_vector(path: str, name: str, entry: dict, error: type) -> List[int]:
+def read_integer_vector(path: str, name: str, entry: dict, error: type) -> list[int]:
     """A 1-D integer tensor's values, read alone from its offsets. Raises error for another dtype or shape."""
     what = f"safetensors file {path}: tensor {name}"
     dtype, shape = entry["dtype"], entry["shape"]
@@ -110,7 +109,7 @@ def read_integer_vector(path: str, name: str, entry: dict, error: type) -> List[
     return values.tolist()
 
 
-def find_tensor(files: List[str], headers: Dict[str, Dict[str, dict]], match) -> Optional[Tuple[str, str]]:
+def find_tensor(files: list[str], headers: dict[str, dict[str, dict]], match) -> tuple[str, str] | None:
     """(file, name) of the first tensor whose name satisfies match, in file order; None when none does."""
     for file in files:
         for name in sorted(headers[file]):

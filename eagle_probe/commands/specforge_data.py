@@ -6,7 +6,6 @@ import gzip
 import io
 import os
 from dataclasses import dataclass, field
-from typing import List, Optional, Tuple
 
 KEYS = ("input_ids", "loss_mask", "hidden_state", "aux_hidden_state")
 SUFFIXES = (".ckpt", ".ckpt.gz")
@@ -35,8 +34,8 @@ class Sample:
 
 @dataclass
 class Samples:
-    samples: List[Sample] = field(default_factory=list)
-    skipped: List[Tuple[str, str]] = field(default_factory=list)
+    samples: list[Sample] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
 
 
 def _load(path: str):
@@ -76,14 +75,14 @@ def read_sample(path: str) -> Sample:
     return Sample(path, ids, mask, hidden, aux)
 
 
-def find_files(directory: str) -> List[str]:
+def find_files(directory: str) -> list[str]:
     out = []
     for root, _, names in os.walk(directory):
         out += [os.path.join(root, n) for n in names if n.endswith(SUFFIXES)]
     return sorted(out)
 
 
-def read_samples(directory: str, limit: Optional[int] = None) -> Samples:
+def read_samples(directory: str, limit: int | None = None) -> Samples:
     if not os.path.isdir(directory):
         raise DataError(f"{directory}: not a directory")
     files = find_files(directory)

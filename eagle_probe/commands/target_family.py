@@ -4,7 +4,6 @@ the VL classes have) looked up in eagle_probe.families for one SGLang release. U
 
 import os
 from dataclasses import dataclass, replace
-from typing import List, Optional
 
 from .. import families
 from ..analysis.findings import CAPTURE_RULE_UNVERIFIED, TARGET_NOT_EAGLE3, Finding, _finding
@@ -22,11 +21,11 @@ MODEL_TYPES = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": 
 
 @dataclass(frozen=True)
 class TargetFamily:
-    architecture: Optional[str]  # the class name looked up (None: the config names none)
-    family: Optional[Family]  # the row to predict with (for an untabled class: a stand-in marked unverified)
+    architecture: str | None  # the class name looked up (None: the config names none)
+    family: Family | None  # the row to predict with (for an untabled class: a stand-in marked unverified)
     verified: bool  # the row is proven for this release by the contract check
-    finding: Optional[Finding] = None  # target_not_eagle3 or capture_rule_unverified
-    note: Optional[str] = None
+    finding: Finding | None = None  # target_not_eagle3 or capture_rule_unverified
+    note: str | None = None
 
     @property
     def served(self) -> bool:
@@ -41,7 +40,7 @@ class TargetFamily:
         return text + ("" if self.verified else " (UNVERIFIED: no row proves this class's rule)")
 
 
-def rules_text(rules, row: Optional[Family]) -> str:
+def rules_text(rules, row: Family | None) -> str:
     """The release's rules in one line, with the capture rule of the target's family (DeepSeek's: the version
     row's own description)."""
     if row is None:
@@ -53,7 +52,7 @@ def rules_text(rules, row: Optional[Family]) -> str:
             f"default layers: {rules.graph_setup_uses_default_layers}")
 
 
-def architectures(data: dict) -> List[str]:
+def architectures(data: dict) -> list[str]:
     """config.json's `architectures` (class names), from the top level or a nested text config."""
     for source in [data] + [data.get(k) for k in NESTED_TEXT_KEYS]:
         if isinstance(source, dict) and isinstance(source.get("architectures"), list):
@@ -71,7 +70,7 @@ def _stand_in(why: str) -> Family:
     return replace(llama, name="unverified", label=f"unverified ({why})", classes=(), inherited=(), delegates=())
 
 
-def resolve(data: dict, version: Optional[Version]) -> TargetFamily:
+def resolve(data: dict, version: Version | None) -> TargetFamily:
     """The family of a target config for a release (None: the newest)."""
     names = architectures(data)
     release = format_version(version) if version is not None else "the newest release"
@@ -131,7 +130,7 @@ class TargetConfigError(ValueError):
     """A target directory without a readable config.json (the message names the file)."""
 
 
-def resolve_directory(path: str, version: Optional[Version]) -> TargetFamily:
+def resolve_directory(path: str, version: Version | None) -> TargetFamily:
     """resolve() for a model directory's config.json (or the file itself); TargetConfigError when unreadable."""
     from .json_files import MAX_CONFIG_BYTES, read_json_object
 

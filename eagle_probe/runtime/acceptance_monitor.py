@@ -3,8 +3,8 @@ one append, whatever the batch), counted into cumulative plain counts keyed by t
 are read (a flush, an event); windows cut between acceptance events, and the collapse judgement on a window."""
 
 from collections import deque
+from collections.abc import Sequence
 from threading import Lock
-from typing import Optional, Sequence
 
 from ..analysis import findings as rules
 from ..analysis.acceptance import AcceptanceWindow, Tally, expected_mean_length_mixed
@@ -77,14 +77,14 @@ class AcceptanceMonitor:
     def total(self) -> AcceptanceWindow:
         return AcceptanceWindow.from_tally(self.snapshot())
 
-    def take_window(self) -> Optional[AcceptanceWindow]:
+    def take_window(self) -> AcceptanceWindow | None:
         """The steps since the last window (None when no draft was verified since)."""
         now = self.snapshot()
         window = AcceptanceWindow.from_tally(now.minus(self._window_start))
         self._window_start = now
         return window if window.drafts else None
 
-    def take_judged_window(self) -> Optional[AcceptanceWindow]:
+    def take_judged_window(self) -> AcceptanceWindow | None:
         """The steps since the last collapse judgement, once they hold collapse_min_drafts request-steps, else None.
         On a quiet server one summary interval may hold fewer: they are carried into the next, never dropped, so
         that low traffic is judged too (later, over a longer window)."""
@@ -95,13 +95,13 @@ class AcceptanceMonitor:
         self._judged_start = now
         return window
 
-    def expected_length(self, window: AcceptanceWindow) -> Optional[float]:
+    def expected_length(self, window: AcceptanceWindow) -> float | None:
         if self.config.draft_accuracy is None:
             return None
         return expected_mean_length_mixed(self.config.draft_accuracy, window.depth_mix())
 
     def collapse(self, window: AcceptanceWindow, seen_codes: Sequence[str],
-                 traffic: str = "unknown traffic") -> Optional[Finding]:
+                 traffic: str = "unknown traffic") -> Finding | None:
         """acceptance_collapse when a large enough window stays far under the length the claimed accuracy implies."""
         expected = self.expected_length(window)
         if expected is None or window.drafts < self.config.collapse_min_drafts:
@@ -113,7 +113,7 @@ class AcceptanceMonitor:
             window.drafts, self.config.collapse_ratio, [c for c in seen_codes if c != rules.ACCEPTANCE_COLLAPSE],
             traffic)
 
-    def sampled_instead(self, collapse: Finding, traffic: dict) -> Optional[Finding]:
+    def sampled_instead(self, collapse: Finding, traffic: dict) -> Finding | None:
         """acceptance_sampled_traffic in place of a collapse when greedy traffic (enough of it) is served as expected
         and sampled traffic is below it; None when greedy traffic collapsed too (or too little of it was seen)."""
         greedy, sampled = traffic.get("greedy"), traffic.get("sampled")

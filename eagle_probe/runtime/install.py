@@ -12,7 +12,6 @@ import os
 import signal
 import sys
 import threading
-from typing import Optional
 
 from .. import events, versions
 from ..config import ConfigError, inner_forward_enabled, load_config
@@ -31,7 +30,7 @@ _sigterm = None  # (our handler, the one it replaced) while installed
 SIGTERM_FLUSH_TIMEOUT_S = 2.0
 
 
-def off_summary(sglang_version: Optional[str]) -> Optional[str]:
+def off_summary(sglang_version: str | None) -> str | None:
     """What stays off for an installed release outside the range (None when it is supported)."""
     parsed = None if sglang_version is None else versions.parse_version(sglang_version)
     if parsed is not None and versions.is_supported(parsed):

@@ -6,8 +6,8 @@ Uninstall puts back the exact objects that were in the class or module dict.
 """
 
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Optional, Tuple
 
 import wrapt
 
@@ -23,7 +23,7 @@ class PatchTarget:
     inner_forward: bool = False  # an inner model forward: off under torch.compile / piecewise graphs
     observes: str = ""  # what the probe cannot report while this target is not wrapped
     # (original) -> None when the wrapper can read it, else why not (e.g. other leading parameters): then skipped
-    accepts: Optional[Callable[[object], Optional[str]]] = None
+    accepts: Callable[[object], str | None] | None = None
     # Wrapped only in the releases whose version-table row names it, even where a method of that name exists (0.5.8's
     # EagleDraftWorker has the hand-off methods, with batches the probe cannot read)
     rows_only: bool = False
@@ -32,13 +32,13 @@ class PatchTarget:
 @dataclass(frozen=True)
 class Integration:
     name: str
-    targets: Tuple[PatchTarget, ...]
-    reset: Optional[Callable[[], None]] = None  # drops the module-level caches its wrappers keep (at uninstall)
+    targets: tuple[PatchTarget, ...]
+    reset: Callable[[], None] | None = None  # drops the module-level caches its wrappers keep (at uninstall)
     # Targets found at load time (integrations/targets.py): modules to watch, and what to do when one is imported
     # (it wraps through Patcher.wrap_found); `expand(version)`: those targets as PatchTargets, for compat/contract.
-    watch: Optional[Callable[[], Tuple[str, ...]]] = None
-    on_import: Optional[Callable[[object], None]] = None
-    expand: Optional[Callable[[object], Tuple[PatchTarget, ...]]] = None
+    watch: Callable[[], tuple[str, ...]] | None = None
+    on_import: Callable[[object], None] | None = None
+    expand: Callable[[object], tuple[PatchTarget, ...]] | None = None
 
 
 def resolve_target(target: PatchTarget, module):

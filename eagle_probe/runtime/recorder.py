@@ -7,24 +7,24 @@ periodic.py). Any exception in a sink is counted and logged once; the caller nev
 """
 
 import time
-from typing import Callable, Optional
+from collections.abc import Callable
 
 from .. import __version__
+from ..analysis.traffic import HTTP_SERVER
 from ..config import ProbeConfig, is_loopback
 from ..events import INTEGRATION_SKIPPED, METRICS_EXPOSED, STARTED
 from ..observations import Ranks
 from ..versions import SUPPORTED_RANGE_TEXT, VersionRules
-from ..analysis.traffic import HTTP_SERVER
 from .outputs import Outputs
 from .parts import PARTS
 from .periodic import Periodic
 
 
 class Recorder:
-    def __init__(self, config: ProbeConfig, rules: VersionRules, sglang_version: Optional[str], logs,
-                 read_ranks: Callable[[], Optional[Ranks]], make_metrics: Optional[Callable] = None,
-                 clock=time.monotonic, on_serving: Optional[Callable[[], bool]] = None,
-                 read_launch: Optional[Callable[[], Optional[dict]]] = None):
+    def __init__(self, config: ProbeConfig, rules: VersionRules, sglang_version: str | None, logs,
+                 read_ranks: Callable[[], Ranks | None], make_metrics: Callable | None = None,
+                 clock=time.monotonic, on_serving: Callable[[], bool] | None = None,
+                 read_launch: Callable[[], dict | None] | None = None):
         self.config = config
         self.rules = rules
         self.sglang_version = sglang_version
@@ -37,7 +37,7 @@ class Recorder:
         # Called on the first forwards and verify steps until it returns True (install: the SIGTERM flush, set up
         # once SGLang's own start-up in this process is done).
         self._on_serving = on_serving
-        self.ranks: Optional[Ranks] = None
+        self.ranks: Ranks | None = None
         self.log_every_forward = config.log_every_forward  # wrappers then build every observation
         self._pending_skips = []
         self.parts = tuple(part(self) for part in PARTS)
@@ -97,7 +97,7 @@ class Recorder:
                            nnodes=nnodes if isinstance(nnodes, int) else None, host=host()),
                      exporter=False, role=HTTP_SERVER)
 
-    def _settle(self, ranks: Ranks, exporter: bool = True, role: Optional[str] = None):
+    def _settle(self, ranks: Ranks, exporter: bool = True, role: str | None = None):
         """role None: a rank (its info series names its TP group); else a process of no group (no info series)."""
         self.ranks = ranks
         self.logs.bind(**ranks.fields())
@@ -110,21 +110,21 @@ class Recorder:
                       metrics_served_by=self._served_by(ranks), launch=launch,
                       flush_interval_s=self.config.flush_interval_s, **fields)
 
-    def _served_by(self, ranks: Ranks) -> Optional[str]:
+    def _served_by(self, ranks: Ranks) -> str | None:
         from .sinks.endpoint import describe
         metrics = self.metrics
         if metrics is None or not hasattr(metrics, "endpoint"):
             return None
         return describe(metrics.endpoint, ranks.node_rank, metrics.port)
 
-    def _launch(self) -> Optional[dict]:
+    def _launch(self) -> dict | None:
         try:
             return self._read_launch() if self._read_launch is not None else None
         except Exception as exc:
             self.internal_error("launch.read", exc)
             return None
 
-    def _start_metrics(self, ranks: Ranks, exporter: bool, tp_group: Optional[str]):
+    def _start_metrics(self, ranks: Ranks, exporter: bool, tp_group: str | None):
         if self._make_metrics is None:
             return
         out = self.out

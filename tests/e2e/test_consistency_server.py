@@ -24,14 +24,21 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from eagle_probe.analysis.consistency import VERIFY_PREFILL_MISMATCH, tolerance
-from eagle_probe.commands.sglang_server import server_release
 from eagle_probe.commands.consistency.rows import read_verify_rows
 from eagle_probe.commands.dump_files import read_dump, wait_until_written
+from eagle_probe.commands.sglang_server import server_release
 from eagle_probe.versions import installed_sglang_version
 from sglang_cpu.draft_models import build_case
 
-from .conftest import (counts_delta, internal_errors, metric_samples, probe_events, settled_probe_counts,
-                       sglang_spec_counts, start_spec_server)
+from .conftest import (
+    counts_delta,
+    internal_errors,
+    metric_samples,
+    probe_events,
+    settled_probe_counts,
+    sglang_spec_counts,
+    start_spec_server,
+)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CLEAN_PROMPTS = (([10, 11, 12, 13, 14, 15], 10), ([7, 3, 99, 120, 5, 6, 200, 31], 10))

@@ -18,8 +18,8 @@ import time
 import pytest
 
 from eagle_probe.commands.cli import main
-from sglang_cpu.draft_models import build_case
 from sglang_cpu.dp_shims import dp_env
+from sglang_cpu.draft_models import build_case
 
 from .conftest import metric_samples, probe_events, start_tp2_server
 

@@ -19,8 +19,14 @@ import pytest
 from eagle_probe import families, versions
 from eagle_probe.commands.summarize.logread import read_events
 
-from .conftest import (SGLANG_WARMUP, counts_delta, probe_spec_counts, settled_probe_counts, sglang_spec_counts,
-                       start_spec_server)
+from .conftest import (
+    SGLANG_WARMUP,
+    counts_delta,
+    probe_spec_counts,
+    settled_probe_counts,
+    sglang_spec_counts,
+    start_spec_server,
+)
 
 HIDDEN = 64
 # family -> (layers, draft's ids, positions SGLang 0.5.23 captures by the family's rule, target class, inner class)

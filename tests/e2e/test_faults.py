@@ -35,8 +35,18 @@ import pytest
 
 from sglang_cpu.draft_models import build_case, map_draft, map_target, simulate_chain
 
-from .conftest import (SGLANG_WARMUP, construction_counts, counts_delta, internal_errors, metric_samples,
-                       probe_events, server_processes, settled_probe_counts, sglang_spec_counts, start_spec_server)
+from .conftest import (
+    SGLANG_WARMUP,
+    construction_counts,
+    counts_delta,
+    internal_errors,
+    metric_samples,
+    probe_events,
+    server_processes,
+    settled_probe_counts,
+    sglang_spec_counts,
+    start_spec_server,
+)
 
 KEYS = ("into_fixed_point", "mixed")  # every acceptance pattern: full runs, one of two, none
 

@@ -22,8 +22,17 @@ from sglang_cpu import probe_state
 from sglang_cpu.draft_models import build_case, map_draft, map_target, simulate_chain
 from sglang_cpu.server import STOP_GRACE_S
 
-from .conftest import (SGLANG_WARMUP, construction_counts, counts_delta, internal_errors, probe_events,
-                       server_processes, settled_probe_counts, sglang_spec_counts, start_spec_server)
+from .conftest import (
+    SGLANG_WARMUP,
+    construction_counts,
+    counts_delta,
+    internal_errors,
+    probe_events,
+    server_processes,
+    settled_probe_counts,
+    sglang_spec_counts,
+    start_spec_server,
+)
 
 REQUESTS = 64
 CONCURRENCY = 16

@@ -163,7 +163,7 @@ def test_dumps_from_a_real_server_hold_what_the_readme_says(runs, tiny_checkpoin
     for path in files:
         with safe_open(path, "pt") as handle:
             meta = json_module.loads(handle.metadata()["eagle_probe.meta"])
-            tensors = {k: handle.get_tensor(k) for k in handle.keys()}
+            tensors = {k: handle.get_tensor(k) for k in handle.keys()}  # noqa: SIM118  (safe_open)
         assert meta["capture_indices"] == [2, 4, 5] and meta["layer_indices"] == list(range(6))
         assert meta["tp_rank"] == 0 and meta["sglang_version"] == "0.5.23" and meta["all_layers"] is True
         start = 0

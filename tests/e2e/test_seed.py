@@ -15,9 +15,8 @@ import time
 
 import pytest
 
-from sglang_cpu import seed
-
 from eagle_probe.bootstrap import BOOTSTRAP_DIR
+from sglang_cpu import seed
 from sglang_cpu.server import STARTUP_TIMEOUT_S
 
 # The whole module (two server start-ups and 16 requests, about 90 s here) is meant to finish within this budget;

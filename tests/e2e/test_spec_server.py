@@ -16,9 +16,8 @@ import pytest
 from eagle_probe.bootstrap import BOOTSTRAP_DIR
 from eagle_probe.commands.summarize.logread import read_events
 from sglang_cpu.draft_models import build_case
-from sglang_cpu.server import SGLangServer, ServerError
+from sglang_cpu.server import ServerError, SGLangServer
 from sglang_cpu.spec_shims import SPEC_ENV
-
 
 NUM_STEPS = 2
 RANDOM_PROMPTS = ([10, 11, 12, 13, 14], [7, 3, 99, 120, 5, 6, 200, 31])

@@ -98,7 +98,8 @@ def test_aux_perturbation_scales_one_block_on_one_rank():
 
     for current, expect in ((0, original), (1, torch.cat([original[:, :4], original[:, 4:8] * 1.5,
                                                           original[:, 8:]], dim=1))):
-        h, a = perturbation_wrapper(rank, slot, scale, current_rank=lambda: current)(forward, None, (), {})
+        wrapper = perturbation_wrapper(rank, slot, scale, current_rank=lambda current=current: current)
+        h, a = wrapper(forward, None, (), {})
         assert h is hidden and torch.equal(a, expect)
         assert torch.equal(aux, original)  # SGLang's tensor is never changed in place
     plain = torch.ones(3, 4)

@@ -103,7 +103,7 @@ class RankWorkers:
             del env["PROMETHEUS_MULTIPROC_DIR"]
         if metrics_port is not None:
             env["EAGLE_PROBE_METRICS_PORT"] = str(metrics_port)
-        log = open(os.path.join(self.root, f"rank{rank}.log"), "wb")
+        log = open(os.path.join(self.root, f"rank{rank}.log"), "wb")  # noqa: SIM115  (the child's output)
         self.procs[rank] = subprocess.Popen(
             [sys.executable, os.path.join(ROOT, "tests", "prometheus", "rank_worker.py"), "--tp-rank", str(rank),
              "--tp-size", str(max(rank + 1, 2)), "--node-rank", str(node_rank), "--state-dir", self.state, *flags],
@@ -186,7 +186,7 @@ class Prometheus:
         self.proc = None
 
     def start(self):
-        self.log = open(os.path.join(self.root, "prometheus.log"), "wb")
+        self.log = open(os.path.join(self.root, "prometheus.log"), "wb")  # noqa: SIM115  (closed at stop)
         self.proc = subprocess.Popen(
             [self.binary, f"--config.file={self.config_path}", f"--storage.tsdb.path={self.root}/tsdb",
              f"--web.listen-address=127.0.0.1:{self.port}", "--storage.tsdb.retention.time=1h"],

@@ -158,7 +158,7 @@ def test_vocab_coverage_alert_fires_where_the_finding_does(prom_bins, tmp_path):
     exactly the windows whose counts draft_vocab_coverage_low (analysis.vocab_coverage, the oracle) calls low. The
     annotations are left out of the copy the test loads (promtool compares them whole; promtool check rules above
     checks their templates)."""
-    assert generate.COVERAGE_WINDOW == f"{COVERAGE_WINDOW_MIN}m"
+    assert f"{COVERAGE_WINDOW_MIN}m" == generate.COVERAGE_WINDOW
     [rule] = [r for r in alert_rules() if r["alert"] == "EagleProbeDraftVocabCoverageLow"]
     assert rule["for"] == "5m"
     rules = tmp_path / "rules.yml"
@@ -173,7 +173,7 @@ def test_vocab_coverage_alert_fires_where_the_finding_does(prom_bins, tmp_path):
         if coverage_finding(COVERAGE_WINDOW_MIN * inside, total, MAP_D2T, None, None, name) is not None:
             expected.append({"exp_labels": {"instance": name, "tp_rank": "0", "severity": rule["labels"]["severity"]}})
     fired = {e["exp_labels"]["instance"] for e in expected}
-    assert fired == {"half", "c85-n3000", "zero"} and 17 / 20 < LOW and 15 * 10 < MIN_TOKENS  # the cases mean it
+    assert fired == {"half", "c85-n3000", "zero"} and LOW > 17 / 20 and MIN_TOKENS > 15 * 10  # the cases mean it
     tests = tmp_path / "tests.yml"
     tests.write_text(yaml.safe_dump({"rule_files": [str(rules)], "evaluation_interval": "1m", "tests": [{
         "interval": "1m", "input_series": series, "alert_rule_test": [

@@ -8,8 +8,12 @@ import eagle_probe
 from eagle_probe.commands.summarize.logread import read_events
 from eagle_probe.observations import Ranks
 from eagle_probe.runtime.state import STATE
-from sglang_cpu.draft_models import (DEFAULT_LAYER_IDS, eagle3_draft_config, spec_target_config,
-                                     write_eagle3_draft_checkpoint)
+from sglang_cpu.draft_models import (
+    DEFAULT_LAYER_IDS,
+    eagle3_draft_config,
+    spec_target_config,
+    write_eagle3_draft_checkpoint,
+)
 from sglang_cpu.draft_runner import build_sglang_draft
 
 CODES = ("draft_vocab_map_missing", "draft_vocab_map_invalid")

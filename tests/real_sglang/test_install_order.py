@@ -31,11 +31,12 @@ def test_install_before_and_after_import_patch_the_same_targets():
     assert proc.returncode == 0, proc.stderr[-3000:]
     before = json.loads(proc.stdout.strip().splitlines()[-1])
 
-    import sglang_cpu.runtime  # noqa: F401  (shims, then SGLang)
     import sglang.srt.model_executor.model_runner  # noqa: F401
     import sglang.srt.models.deepseek_v2 as ds
-    import sglang.srt.models.llama_eagle3  # noqa: F401  (imported by earlier tests or not: the same either way)
     import sglang.srt.models.kimi_k25_eagle3  # noqa: F401  (likewise)
+    import sglang.srt.models.llama_eagle3  # noqa: F401  (imported by earlier tests or not: the same either way)
+
+    import sglang_cpu.runtime  # noqa: F401  (shims, then SGLang)
 
     eagle_probe.uninstall()
     assert eagle_probe.install(env={})

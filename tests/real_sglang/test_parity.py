@@ -10,14 +10,14 @@ import os
 
 import pytest
 import torch
-from sglang_cpu.runtime import TinyBatchRunner, build_deepseek, init_runtime
-from sglang_cpu.tiny_models import deepseek_v3_config
 
 import eagle_probe
 from eagle_probe.commands import parity, reference
 from eagle_probe.commands.dump_files import read_dump_dir
 from eagle_probe.commands.specforge_data import read_samples
 from eagle_probe.runtime.state import STATE
+from sglang_cpu.runtime import TinyBatchRunner, build_deepseek, init_runtime
+from sglang_cpu.tiny_models import deepseek_v3_config
 
 SEQUENCES = [[5, 9, 17, 33, 2, 71, 8, 40, 41], [3, 4, 5, 6, 200, 31, 77]]
 TRAINED_IDS, TRAINED = [1, 3, 4], [2, 4, 5]  # 0.5.23: +1 when the first id is 1

@@ -26,7 +26,7 @@ def _random_norms(config, seed):
                  "midlayer.post_attention_layernorm.weight", "norm.weight"):
         out[name] = 1 + 0.3 * torch.randn(h, generator=g)
     out["input_norm.weight"] = 1 + 0.3 * torch.randn(h_in * k, generator=g)
-    for i, name in enumerate(("aux_norm_low", "aux_norm_mid", "aux_norm_high")):
+    for _i, name in enumerate(("aux_norm_low", "aux_norm_mid", "aux_norm_high")):
         out[f"{name}.weight"] = 1 + 0.3 * torch.randn(h_in, generator=g)
     return out
 
@@ -106,9 +106,8 @@ def _build(tmp_path, name, case):
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_torch_draft_equals_sglangs_llama_eagle3(sglang_runtime, tmp_path, target_weights, name):
-    from sglang_cpu.draft_runner import DraftBatchRunner, build_sglang_draft
-
     from eagle_probe.commands.replay.draft import load_torch_draft
+    from sglang_cpu.draft_runner import DraftBatchRunner, build_sglang_draft
 
     case = CASES[name]
     path, config = _build(tmp_path, name, case)

@@ -28,9 +28,10 @@ PROMPTS = [[int(t) for t in torch.randint(3, 256, (17,), generator=torch.Generat
 @pytest.fixture(scope="module")
 def served(sglang_runtime, tmp_path_factory):
     """(target checkpoint, dump directory, transformers reference model) of one real dumped EXTEND forward."""
+    from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
+
     import eagle_probe
     from eagle_probe.runtime.state import STATE
-    from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
     from sglang_cpu.draft_models import write_target_checkpoint
     from sglang_cpu.runtime import TinyBatchRunner, build_deepseek
 

@@ -110,7 +110,7 @@ def test_many_raw_requests_below_chat_reach_summarize_as_the_http_servers_slices
 
     from eagle_probe.commands.summarize.report import build_report, render_text
 
-    for n in range(40):
+    for _n in range(40):
         chat = GenerateReqInput(input_ids=[1, 2], sampling_params={}, custom_labels={"app": "bot"})
         raw = GenerateReqInput(input_ids=[3, 4], sampling_params={}, custom_labels={"app": "bot"})
         _arrive(chat, _request("/v1/chat/completions"))

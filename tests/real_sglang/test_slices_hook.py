@@ -30,7 +30,8 @@ def _step(reqs, counts, graph=False):
 
 
 def test_the_hook_hands_the_slices_what_sglang_set(tmp_path):
-    from sglang.srt.managers.schedule_batch import FINISH_LENGTH as finish, Req
+    from sglang.srt.managers.schedule_batch import FINISH_LENGTH as finish
+    from sglang.srt.managers.schedule_batch import Req
     from sglang.srt.sampling.sampling_params import SamplingParams
 
     eagle_probe.uninstall()

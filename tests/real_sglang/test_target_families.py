@@ -12,9 +12,9 @@ import pytest
 import torch
 
 import eagle_probe
+from eagle_probe import families, versions
 from eagle_probe.commands.summarize.logread import read_events
 from eagle_probe.runtime.state import STATE
-from eagle_probe import families, versions
 
 TOKENS = [[5, 9, 17, 33, 2, 71, 8], [3, 4, 5, 6, 100, 31]]
 EVERY_FORWARD = {"EAGLE_PROBE_FINGERPRINT_INTERVAL_S": "1e-9"}  # a new sampling bucket on every forward
@@ -54,6 +54,7 @@ def probed(tmp_path):
 
 def test_captures_widths_and_fingerprints_equal_transformers_at_the_family_rule(target, probed):
     from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
+
     from sglang_cpu.target_families import clear_capture, hf_hidden_states
 
     name, model, runner = target

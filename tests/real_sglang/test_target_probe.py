@@ -6,12 +6,11 @@ import os
 import pytest
 import torch
 
+import eagle_probe
+from eagle_probe.runtime.integrations import target_forward
+from eagle_probe.runtime.state import STATE
 from sglang_cpu.runtime import TinyBatchRunner, build_deepseek, init_runtime
 from sglang_cpu.tiny_models import deepseek_v3_config
-
-import eagle_probe
-from eagle_probe.runtime.state import STATE
-from eagle_probe.runtime.integrations import target_forward
 
 TOKENS = [[5, 9, 17, 33, 2, 71, 8], [3, 4, 5]]
 
@@ -144,7 +143,7 @@ def test_layers_assigned_without_the_setter_or_edited_in_place_are_seen(dense, p
     *_, replaced = probe.events("eagle_probe.target.forward")
     assert replaced["layers_to_capture"] == [2, 3] and replaced["aux_returned"] == 2
     model.model.layers_to_capture.append(5)
-    for decodes in range(1, target_forward.SHAPE_EVERY + 1):
+    for decodes in range(1, target_forward.SHAPE_EVERY + 1):  # noqa: B007  (read after the loop)
         runner.decode([11, 12], capture_hidden_mode=full_capture())
         if len(probe.events("eagle_probe.target.forward")) == 4:
             break

@@ -10,13 +10,13 @@ import os
 import pytest
 import torch
 from safetensors import safe_open
-from sglang_cpu.runtime import TinyBatchRunner, build_deepseek, init_runtime
-from sglang_cpu.tiny_models import deepseek_v3_config
 
 import eagle_probe
 from eagle_probe.analysis.fingerprints import cosine
 from eagle_probe.runtime.state import STATE
 from eagle_probe.runtime.values.fingerprint import projection
+from sglang_cpu.runtime import TinyBatchRunner, build_deepseek, init_runtime
+from sglang_cpu.tiny_models import deepseek_v3_config
 
 TOKENS = [[5, 9, 17, 33, 2, 71, 8], [3, 4, 5, 6, 200, 31]]
 IDS = [1, 3, 4]  # captures indices 2, 4, 5 (0.5.23: +1 when the first id is 1)
@@ -220,7 +220,7 @@ def test_all_layer_dump_holds_what_the_readme_says_and_matches_transformers(dens
     hidden = model.config.hidden_size
     with safe_open(str(files[0]), "pt") as handle:
         meta = json.loads(handle.metadata()["eagle_probe.meta"])
-        tensors = {k: handle.get_tensor(k) for k in handle.keys()}
+        tensors = {k: handle.get_tensor(k) for k in handle.keys()}  # noqa: SIM118  (safe_open)
     assert handle is not None and meta["format_version"] == 1 and meta["capture_indices"] == INDICES
     assert meta["labels"] == ["output of layer 1", "output of layer 3", "output of layer 4"]
     assert meta["layer_indices"] == list(range(6)) and meta["all_layers"] is True and meta["tp_rank"] == 0

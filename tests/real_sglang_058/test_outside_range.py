@@ -17,8 +17,8 @@ if not (versions.installed_sglang_version() or "").startswith("0.5.8"):
     pytest.skip("SGLang 0.5.8 tier: run under .venv-0.5.8 (scripts/test-0.5.8.sh)", allow_module_level=True)
 
 from eagle_probe.bootstrap import BOOTSTRAP_DIR  # noqa: E402
-from eagle_probe.runtime.integrations import ALL  # noqa: E402
 from eagle_probe.commands.summarize.logread import read_events  # noqa: E402
+from eagle_probe.runtime.integrations import ALL  # noqa: E402
 from sglang_cpu.draft_models import spec_target_config, write_target_checkpoint  # noqa: E402
 from sglang_cpu.server import SGLangServer, compat_report  # noqa: E402
 

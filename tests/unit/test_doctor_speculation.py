@@ -3,8 +3,13 @@
 
 import pytest
 
-from eagle_probe.analysis.config_rules import (ADAPTIVE_DEFAULT_CANDIDATES, SpeculationSpec, adaptive_off_reasons,
-                                              speculation_report, speculation_shapes)
+from eagle_probe.analysis.config_rules import (
+    ADAPTIVE_DEFAULT_CANDIDATES,
+    SpeculationSpec,
+    adaptive_off_reasons,
+    speculation_report,
+    speculation_shapes,
+)
 from eagle_probe.commands.cli import main
 from tests.unit.test_doctor import doctor, eagle3_draft, kimi_target
 

@@ -6,8 +6,12 @@ import pytest
 from eagle_probe import families, versions
 from eagle_probe.analysis.draft_rules import ids_for_capture, layer_mismatch_findings
 from eagle_probe.analysis.layers import apply_capture_rule, capture_label, default_layer_ids, unreachable_indices
-from eagle_probe.families import (RULE_AS_GIVEN_IF_MAX_IS_N, RULE_PLUS_ONE, RULE_PLUS_ONE_IF_FIRST_IS_ONE,
-                                  RULE_PLUS_ONE_WITH_DEFAULT)
+from eagle_probe.families import (
+    RULE_AS_GIVEN_IF_MAX_IS_N,
+    RULE_PLUS_ONE,
+    RULE_PLUS_ONE_IF_FIRST_IS_ONE,
+    RULE_PLUS_ONE_WITH_DEFAULT,
+)
 
 V = versions.parse_version
 R0523, R058 = versions.rules_for(V("0.5.23")), versions.rules_for(V("0.5.8"))

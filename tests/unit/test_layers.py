@@ -1,7 +1,13 @@
 import pytest
 
-from eagle_probe.analysis.layers import (apply_capture_rule, capture_label, default_layer_ids,
-                                         explain_mapping, split_layers, unreachable_indices)
+from eagle_probe.analysis.layers import (
+    apply_capture_rule,
+    capture_label,
+    default_layer_ids,
+    explain_mapping,
+    split_layers,
+    unreachable_indices,
+)
 from eagle_probe.versions import PLUS_ONE_ALWAYS, PLUS_ONE_IF_FIRST_IS_ONE
 
 

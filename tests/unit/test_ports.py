@@ -33,7 +33,7 @@ def test_blocks_avoid_the_ephemeral_range_and_sglangs_random_picks():
     bases = ports.block_bases()
     assert len(bases) >= 20
     for base in bases:
-        assert ports.LOWEST_PORT <= base and base + ports.BLOCK_SIZE - 1 <= ports.HIGHEST_PORT
+        assert base >= ports.LOWEST_PORT and base + ports.BLOCK_SIZE - 1 <= ports.HIGHEST_PORT
         assert not _overlaps(base, low, high) and not _overlaps(base, *ports.SGLANG_RANDOM_PORTS)
     assert len(set(bases)) == len(bases) and all(b - a >= ports.BLOCK_SIZE for a, b in zip(bases, bases[1:]))
 

@@ -5,14 +5,14 @@ class in tests/real_sglang/test_replay_draft.py, and the search on real dumps in
 
 import json
 import os
+import pathlib
 
 import pytest
 import torch
 from safetensors.torch import save_file
 
 from eagle_probe.analysis import findings as F
-from eagle_probe.analysis.wiring_search import (Candidate, SearchResult, all_wirings, choose, search,
-                                                wilson_interval)
+from eagle_probe.analysis.wiring_search import Candidate, SearchResult, all_wirings, choose, search, wilson_interval
 from eagle_probe.commands.cli import main
 from eagle_probe.versions import parse_version, rules_for
 from sglang_cpu.draft_models import eagle3_draft_config, spec_target_config, write_eagle3_draft_checkpoint
@@ -267,7 +267,7 @@ def test_missing_and_corrupt_checkpoints(inputs, tmp_path, capsys):
          "no such directory")
     empty = tmp_path / "empty"
     empty.mkdir()
-    (empty / "config.json").write_text(open(os.path.join(draft, "config.json")).read())
+    (empty / "config.json").write_text(pathlib.Path(draft, "config.json").read_text())
     _bad(capsys, ["--draft", str(empty), "--target", target, "--dump-dir", dumps], str(empty), "no *.safetensors")
     (empty / "model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not a header}")
     _bad(capsys, ["--draft", str(empty), "--target", target, "--dump-dir", dumps], "model.safetensors",
@@ -282,7 +282,7 @@ def test_missing_and_corrupt_checkpoints(inputs, tmp_path, capsys):
 
 def test_truncated_safetensors_named(inputs, tmp_path, capsys):
     draft, target, dumps, dump_file = inputs
-    data = open(dump_file, "rb").read()
+    data = pathlib.Path(dump_file).read_bytes()
     with open(dump_file, "wb") as handle:
         handle.write(data[: len(data) // 2])
     _bad(capsys, ["--draft", draft, "--target", target, "--dump-dir", dumps], dump_file)

@@ -9,7 +9,6 @@ from eagle_probe.commands.cli import build_parser, main
 from eagle_probe.config import load_config
 
 
-
 @pytest.fixture
 def launch(monkeypatch):
     """The environment the command would be launched with (exec replaced), or an AssertionError when a bad value

@@ -97,7 +97,7 @@ def test_position_first_step_and_cached_prefix_per_request():
 def test_each_dimension_sums_to_the_totals():
     rng, counter, total, accepted_total = random.Random(7), SliceCounter(), 0, 0
     live = [req(prompt=rng.randrange(1, 3000), cached=rng.choice((0, 16))) for _ in range(40)]
-    for step in range(300):
+    for _step in range(300):
         batch = rng.sample(live, rng.randrange(1, 40))
         accepted = [rng.randrange(0, 4) for _ in batch]
         total, accepted_total = total + len(batch), accepted_total + sum(accepted)
@@ -152,7 +152,7 @@ def test_random_traffic_of_one_rate_does_not_fire():
     """The same acceptance everywhere, drawn at random: no slice is named (the false-alarm side of the test)."""
     rng = random.Random(3)
     fired = 0
-    for trial in range(20):
+    for _trial in range(20):
         counter = SliceCounter()
         reqs = [req(prompt=rng.randrange(1, 5000), cached=rng.choice((0, 8))) for _ in range(64)]
         for _ in range(200):

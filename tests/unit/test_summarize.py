@@ -2,10 +2,10 @@
 
 import io
 import json
-
-import pytest
 import os
 import shutil
+
+import pytest
 
 from eagle_probe.commands.cli import main
 from eagle_probe.commands.summarize.html_report import render_html

@@ -4,13 +4,16 @@ and the running probe's acceptance monitor fed the tuple unchanged."""
 import json
 
 import pytest
+from test_acceptance import make_recorder
 
-from eagle_probe.analysis.acceptance import (accuracy_for_mean_length, conditional_accuracies,
-                                             expected_mean_length, expected_per_position_rate)
+from eagle_probe.analysis.acceptance import (
+    accuracy_for_mean_length,
+    conditional_accuracies,
+    expected_mean_length,
+    expected_per_position_rate,
+)
 from eagle_probe.config import ConfigError, ProbeConfig, load_config
 from eagle_probe.observations import VerifyStep
-
-from test_acceptance import make_recorder
 
 
 def test_one_number_keeps_its_meaning():

@@ -11,14 +11,13 @@ import torch
 
 from eagle_probe.analysis import vocab_coverage as V
 from eagle_probe.analysis.findings import ACCEPTANCE_COLLAPSE, CODES, DRAFT_VOCAB_COVERAGE_LOW, WARNING
-from eagle_probe.config import ProbeConfig, load_config, ConfigError
+from eagle_probe.config import ConfigError, ProbeConfig, load_config
 from eagle_probe.observations import DraftVocabulary, Ranks, VerifyStep
 from eagle_probe.runtime.recorder import Recorder
 from eagle_probe.runtime.sinks.logs import LogSink
 from eagle_probe.runtime.sinks.metrics import MetricsSink
 from eagle_probe.runtime.values.coverage import SLOTS, VocabCoverage
 from eagle_probe.versions import parse_version, rules_for
-
 
 # ------------------------------------------------------------------------------------------------ pure rules
 

@@ -1,7 +1,6 @@
 """Row by row, slot by slot: the served verify rows against the prefill's rows at the same positions."""
 
 from dataclasses import dataclass
-from typing import List, Tuple
 
 from ...analysis.consistency import RowDiff, rel_diff
 from ...dump_format import AUX, POSITIONS, VERIFY_MODE
@@ -13,9 +12,9 @@ class Reference:
     """A prefill of a sequence's tokens: the server's EXTEND dump of them, or the offline target's forward."""
 
     name: str  # where it came from, for errors
-    positions: List[int]  # of its rows
+    positions: list[int]  # of its rows
     aux: object  # [rows, K*H] torch tensor
-    hf_indices: Tuple[int, ...]
+    hf_indices: tuple[int, ...]
 
     @classmethod
     def of_dump(cls, dump) -> "Reference":
@@ -23,7 +22,7 @@ class Reference:
                    tuple(dump.hf_indices))
 
 
-def compare_rows(served, reference: Reference) -> List[RowDiff]:
+def compare_rows(served, reference: Reference) -> list[RowDiff]:
     """RowDiffs of `served` (a rows.VerifyRows) against `reference`, a prefill of served.tokens."""
     if reference.positions != list(range(len(reference.positions))):
         raise DumpError(f"{reference.name}: the reference prefill does not start at position 0 (a cached prefix was "

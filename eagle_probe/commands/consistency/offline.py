@@ -7,7 +7,7 @@ name each aux slot by (`hf_indices`), so a slot is compared with the same layer'
 capture-id rule."""
 
 import os
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 from ..json_files import MAX_CONFIG_BYTES, read_json_object
 from ..target_family import architectures
@@ -33,7 +33,7 @@ def weight_bytes(directory: str) -> int:
     return sum(sizes)
 
 
-def available_bytes() -> Optional[int]:
+def available_bytes() -> int | None:
     """MemAvailable of this machine (Linux); None where it cannot be read."""
     try:
         with open("/proc/meminfo", encoding="ascii") as handle:
@@ -45,7 +45,7 @@ def available_bytes() -> Optional[int]:
     return None
 
 
-def check_fits(directory: str, available: Optional[int] = None) -> int:
+def check_fits(directory: str, available: int | None = None) -> int:
     """The weights' size in bytes; TargetError when they do not fit FIT_SHARE of the memory available."""
     needed = weight_bytes(directory)
     available = available_bytes() if available is None else available

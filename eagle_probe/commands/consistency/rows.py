@@ -2,7 +2,6 @@
 and the accepted drafts), the tokens up to and including them, and their aux states."""
 
 from dataclasses import dataclass
-from typing import List, Tuple
 
 from ...dump_format import ACCEPTED, AUX, INPUT_IDS, POSITIONS, PREFIX_COUNTS, PREFIX_IDS, VERIFY_MODE
 from ..dump_files import DumpError, read_dump_dir, server_of
@@ -18,10 +17,10 @@ class VerifyRows:
     path: str
     step: int  # the dump's target forward number in its process
     tp_rank: int
-    tokens: Tuple[int, ...]  # committed prefix + the committed rows: the sequence to prefill
-    positions: Tuple[int, ...]  # of the committed rows
+    tokens: tuple[int, ...]  # committed prefix + the committed rows: the sequence to prefill
+    positions: tuple[int, ...]  # of the committed rows
     aux: object  # [rows, K*H] torch tensor, the served states
-    hf_indices: Tuple[int, ...]
+    hf_indices: tuple[int, ...]
     hidden_size: int
     dtype: str
     dump_every: int  # the server dumped every dump_every-th forward of a mode
@@ -29,14 +28,14 @@ class VerifyRows:
 
 @dataclass
 class VerifySet:
-    rows: List[VerifyRows]
+    rows: list[VerifyRows]
     dumps: int  # verify dumps read
     unknown: int  # requests whose accepted rows were not known (not compared)
-    skipped: List[Tuple[str, str]]  # unreadable files
+    skipped: list[tuple[str, str]]  # unreadable files
     release: str  # the SGLang release that served them (one: the reader refuses a mix)
 
 
-def _requests(dump) -> List[VerifyRows]:
+def _requests(dump) -> list[VerifyRows]:
     t, meta = dump.tensors, dump.meta
     if ACCEPTED not in t or PREFIX_IDS not in t or PREFIX_COUNTS not in t:
         raise DumpError(f"dump {dump.path}: a {VERIFY_MODE} dump without {ACCEPTED}/{PREFIX_IDS}/{PREFIX_COUNTS}")

@@ -27,8 +27,16 @@ them, the report, the command line). The names below are this package's interfac
 from .check import Result, check_releases, check_tree, format_result, main
 from .claims import Claim, absent, body_check, dataclass_field, defines, env_default, module_mentions, sets_attributes
 from .rule_checks import graph_setup_calls_defaults, no_default_setter_calls
-from .rules import (ACCEPTANCE_PARAMS, ATTRIBUTES_READ, DS, EXPECTED_PARAMS, FORWARD_BATCH, MODEL_RUNNER, claims_for,
-                    target_claims)
+from .rules import (
+                    ACCEPTANCE_PARAMS,
+                    ATTRIBUTES_READ,
+                    DS,
+                    EXPECTED_PARAMS,
+                    FORWARD_BATCH,
+                    MODEL_RUNNER,
+                    claims_for,
+                    target_claims,
+)
 from .source import Found, SourceTree, find, find_name
 from .wheels import DEFAULT_CACHE, PYPI_JSON, WHEEL_PLATFORM, cached_wheel, download_wheel, list_releases
 

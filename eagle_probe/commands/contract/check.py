@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, List, Optional, Sequence, Tuple
 
 from ... import versions
 from ...versions import VersionRules
@@ -22,11 +22,11 @@ class Result:
     release: str
     rules_first: str
     checked: int
-    failures: List[Tuple[str, str]]  # (claim, what is wrong)
-    notes: List[str]
+    failures: list[tuple[str, str]]  # (claim, what is wrong)
+    notes: list[str]
 
 
-def check_tree(src: SourceTree, release: str, integrations=None, rules: Optional[VersionRules] = None) -> Result:
+def check_tree(src: SourceTree, release: str, integrations=None, rules: VersionRules | None = None) -> Result:
     """Every claim for `release` (its row of the table, unless `rules` is given) against `src`."""
     if rules is None:
         rules = versions.rules_for(versions.parse_version(release))
@@ -43,7 +43,7 @@ def check_tree(src: SourceTree, release: str, integrations=None, rules: Optional
 
 
 def check_releases(releases: Sequence[str], cache: str = DEFAULT_CACHE, integrations=None,
-                   progress: Optional[Callable[[str], None]] = None) -> List[Result]:
+                   progress: Callable[[str], None] | None = None) -> list[Result]:
     results = []
     for release in releases:
         try:

@@ -7,8 +7,8 @@ switch has a default; a module mentions a name). What to claim for a release is 
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
 
 from .source import SourceTree, decorators, find, find_function, find_name, param_names, self_attrs_assigned
 
@@ -16,11 +16,11 @@ from .source import SourceTree, decorators, find, find_function, find_name, para
 @dataclass(frozen=True)
 class Claim:
     what: str  # the claim in words, naming the SGLang place it is about
-    check: Callable[[SourceTree], Optional[str]]  # None when it holds, else what is wrong
+    check: Callable[[SourceTree], str | None]  # None when it holds, else what is wrong
 
 
-def defines(module: str, qualname: str, params: Optional[Sequence[str]] = None, kind: str = "function",
-            what: Optional[str] = None) -> Claim:
+def defines(module: str, qualname: str, params: Sequence[str] | None = None, kind: str = "function",
+            what: str | None = None) -> Claim:
     def check(src):
         found = find(src, module, qualname)
         if found is None:
@@ -72,7 +72,7 @@ def sets_attributes(module: str, cls: str, attrs: Sequence[str]) -> Claim:
     return Claim(f"{module}.{cls} sets {', '.join(attrs)}", check)
 
 
-def body_check(module: str, qualname: str, what: str, test: Callable[[ast.AST], Optional[str]]) -> Claim:
+def body_check(module: str, qualname: str, what: str, test: Callable[[ast.AST], str | None]) -> Claim:
     def check(src):
         found, error = find_function(src, module, qualname)
         return error if error else test(found.node)
@@ -100,7 +100,7 @@ def dataclass_field(module: str, cls: str, field: str) -> Claim:
     return Claim(f"{module}.{cls} has field {field}", check)
 
 
-def env_default(name: str, value: Optional[bool]) -> Claim:
+def env_default(name: str, value: bool | None) -> Claim:
     def check(src):
         tree = src.tree("sglang.srt.environ")
         if tree is None:

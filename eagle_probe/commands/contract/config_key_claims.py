@@ -10,7 +10,7 @@ draft, the base decoder layer's __init__ that builds its RoPE (READ_SITES)."""
 from __future__ import annotations
 
 import ast
-from typing import Iterable, List, Optional, Set, Tuple
+from collections.abc import Iterable
 
 from ...analysis.draft_config_keys import FORWARD_KEYS, NESTED, READ_SITES, TOP, reads_for
 from ...analysis.draft_ids import DRAFT_CLASSES
@@ -20,7 +20,7 @@ from .source import SourceTree, find_function
 _CONFIG = ("config", "self.config")
 
 
-def _owner(node) -> Optional[str]:
+def _owner(node) -> str | None:
     text = ast.unparse(node)
     if text in _CONFIG:
         return TOP
@@ -29,11 +29,11 @@ def _owner(node) -> Optional[str]:
     return None
 
 
-def _key(node) -> Optional[str]:
+def _key(node) -> str | None:
     return node.value if isinstance(node, ast.Constant) and node.value in FORWARD_KEYS else None
 
 
-def reads_in(tree: ast.AST) -> Set[Tuple[str, str]]:
+def reads_in(tree: ast.AST) -> set[tuple[str, str]]:
     """The (key, where) pairs a piece of source reads (see the module docstring)."""
     found = set()
     for node in ast.walk(tree):
@@ -57,7 +57,7 @@ def reads_in(tree: ast.AST) -> Set[Tuple[str, str]]:
     return found
 
 
-def class_reads(src: SourceTree, model_class: str) -> Tuple[Set[Tuple[str, str]], List[str]]:
+def class_reads(src: SourceTree, model_class: str) -> tuple[set[tuple[str, str]], list[str]]:
     """(the pairs the class's read sites read, problems finding a site)."""
     found, problems = set(), []
     for module, qualname in READ_SITES[model_class]:
@@ -76,11 +76,11 @@ def class_reads(src: SourceTree, model_class: str) -> Tuple[Set[Tuple[str, str]]
     return found, problems
 
 
-def _text(pairs: Iterable[Tuple[str, str]]) -> str:
+def _text(pairs: Iterable[tuple[str, str]]) -> str:
     return ", ".join(k if w == TOP else f"eagle_config.{k}" for k, w in sorted(pairs)) or "none"
 
 
-def config_key_claims(release: str, present: Iterable[str]) -> List[Claim]:
+def config_key_claims(release: str, present: Iterable[str]) -> list[Claim]:
     """One claim per draft class whose module the release has (`present`: the class names)."""
     out = []
     for name in present:

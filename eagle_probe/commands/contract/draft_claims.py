@@ -8,7 +8,6 @@ its load_weights takes d2t by exact name and renames/fuses the names analysis.dr
 from __future__ import annotations
 
 import ast
-from typing import List
 
 from ...analysis.draft_ids import DRAFT_CLASSES, KEY, KIMI, LLAMA
 from .claims import Claim, body_check, sets_attributes
@@ -28,7 +27,7 @@ def _strings(node) -> set:
     return {n.value for n in ast.walk(node) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
 
 
-def _getattr_key(node, owner=None) -> List[ast.Call]:
+def _getattr_key(node, owner=None) -> list[ast.Call]:
     """getattr(<owner>, KEY, ...) calls (any first argument when owner is None)."""
     return [n for n in ast.walk(node) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
             and n.func.id == "getattr" and len(n.args) >= 2 and isinstance(n.args[1], ast.Constant)
@@ -84,7 +83,7 @@ def _llama_no_top_level(src) -> str | None:
     return None if not found else f"reads {ast.unparse(found[0])} (line {found[0].lineno})"
 
 
-def draft_id_claims(kimi_present: bool) -> List[Claim]:
+def draft_id_claims(kimi_present: bool) -> list[Claim]:
     out = [Claim(f"the target reads the draft's ids only as eagle_config[{KEY!r}] (never the top-level key)",
                  _target_reads_eagle_config_only),
            Claim(f"{LLAMA_MODULE} never reads the top-level {KEY} (getattr(config, ...))", _llama_no_top_level)]

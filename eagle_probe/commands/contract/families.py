@@ -14,10 +14,8 @@ Nothing is imported from SGLang; the wheel's .py files are parsed with `ast` (ea
 
 from __future__ import annotations
 
-import ast
-from typing import List, Optional, Tuple
-
 import argparse
+import ast
 import sys
 
 from ... import families, versions
@@ -25,7 +23,8 @@ from .claims import Claim
 from .family_source import MODELS, SETTER, forward_facts, setter_facts
 from .source import SourceTree, find, find_name
 
-def _split(dotted: str) -> Tuple[str, str]:
+
+def _split(dotted: str) -> tuple[str, str]:
     module, _, cls = dotted.rpartition(".")
     return f"{MODELS}.{module}", cls
 
@@ -38,7 +37,7 @@ def _setter_node(src: SourceTree, dotted: str):
     return found.node, found
 
 
-def _own_setter(src: SourceTree, dotted: str) -> Optional[ast.FunctionDef]:
+def _own_setter(src: SourceTree, dotted: str) -> ast.FunctionDef | None:
     module, cls = _split(dotted)
     found = find_name(src, module, cls)
     if found is None or not isinstance(found.node, ast.ClassDef):
@@ -49,7 +48,7 @@ def _own_setter(src: SourceTree, dotted: str) -> Optional[ast.FunctionDef]:
     return None
 
 
-def _claim(release: str, row: "families.Family", what: str, check) -> Claim:
+def _claim(release: str, row: families.Family, what: str, check) -> Claim:
     return Claim(f"{release} family {row.name}: {what}", check)
 
 
@@ -61,9 +60,9 @@ def _own_setter_facts(src: SourceTree, dotted: str):
     return setter_facts(node), None
 
 
-def family_claims(row: "families.Family", release: str) -> List[Claim]:
+def family_claims(row: families.Family, release: str) -> list[Claim]:
     """Claims that `row` describes `release`'s source."""
-    out: List[Claim] = []
+    out: list[Claim] = []
     for dotted in row.classes:
         def setter_check(src, dotted=dotted):
             facts, missing = _own_setter_facts(src, dotted)
@@ -169,7 +168,7 @@ def family_claims(row: "families.Family", release: str) -> List[Claim]:
     return out
 
 
-def absent_claims(name: str, release: str) -> List[Claim]:
+def absent_claims(name: str, release: str) -> list[Claim]:
     """A family absent from a release: none of its classes (from any row) defines a setter there."""
     dotted = sorted({c for row in families.FAMILIES if row.name == name for c in row.classes + row.delegates})
 
@@ -180,7 +179,7 @@ def absent_claims(name: str, release: str) -> List[Claim]:
     return [Claim(f"{release} family {name}: absent ({', '.join(dotted)} define no {SETTER})", check)]
 
 
-def setter_classes(src: SourceTree) -> List[str]:
+def setter_classes(src: SourceTree) -> list[str]:
     """'module.Class' (relative to sglang.srt.models) of every class that defines the setter."""
     out = []
     for module in src.modules(MODELS):
@@ -214,7 +213,7 @@ def coverage_claim(release: str) -> Claim:
                  check)
 
 
-def untabled_subclass_claims(release: str) -> List[Claim]:
+def untabled_subclass_claims(release: str) -> list[Claim]:
     """Each listed subclass of an untabled class (where it exists) inherits that class's setter."""
     out = []
     for dotted, owner in families.UNTABLED_SUBCLASSES.items():
@@ -234,7 +233,7 @@ def untabled_subclass_claims(release: str) -> List[Claim]:
     return out
 
 
-def claims_for_release(release: str) -> List[Claim]:
+def claims_for_release(release: str) -> list[Claim]:
     version = versions.parse_version(release)
     out = [coverage_claim(release)] + untabled_subclass_claims(release)
     present = set()
@@ -247,7 +246,7 @@ def claims_for_release(release: str) -> List[Claim]:
     return out
 
 
-def check_families(src: SourceTree, release: str) -> List[Tuple[str, str]]:
+def check_families(src: SourceTree, release: str) -> list[tuple[str, str]]:
     """(claim, what is wrong) for every broken family claim of `release` against `src`."""
     failures = []
     for claim in claims_for_release(release):

@@ -7,7 +7,6 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
 
 from ... import families
 
@@ -21,17 +20,17 @@ MODELS = "sglang.srt.models"
 
 @dataclass
 class SetterFacts:
-    rule: Optional[str] = None  # a families.RULE_* constant, or None when unrecognised
-    default: Optional[str] = None  # families.DEFAULT_* formula, or None
-    n_source: Optional[str] = None  # the expression N was read from
+    rule: str | None = None  # a families.RULE_* constant, or None when unrecognised
+    default: str | None = None  # families.DEFAULT_* formula, or None
+    n_source: str | None = None  # the expression N was read from
     pp_guard: bool = False
-    delegate: Optional[str] = None  # attribute the ids are handed to unchanged (self.<delegate>.set_...)
-    sinks: List[Tuple[List[str], str, str]] = field(default_factory=list)  # (conditions, target, value)
-    problems: List[str] = field(default_factory=list)
+    delegate: str | None = None  # attribute the ids are handed to unchanged (self.<delegate>.set_...)
+    sinks: list[tuple[list[str], str, str]] = field(default_factory=list)  # (conditions, target, value)
+    problems: list[str] = field(default_factory=list)
 
 
 class _Subst(ast.NodeTransformer):
-    def __init__(self, env: Dict[str, ast.AST]):
+    def __init__(self, env: dict[str, ast.AST]):
         self.env = env
 
     def visit_Name(self, node):  # noqa: N802 (ast API)
@@ -40,7 +39,7 @@ class _Subst(ast.NodeTransformer):
         return node
 
 
-def _subst(node: ast.AST, env: Dict[str, ast.AST]) -> str:
+def _subst(node: ast.AST, env: dict[str, ast.AST]) -> str:
     import copy
 
     return ast.unparse(_Subst(env).visit(copy.deepcopy(node)))
@@ -156,13 +155,13 @@ def _classify(facts: SetterFacts, param: str) -> None:
 
 @dataclass
 class ForwardFacts:
-    capture_how: Optional[str] = None  # families.CAPTURES_LOOP_SUM, ... (how the forward captures)
-    captures: Optional[str] = None  # families.CAPTURES_RESIDUAL or CAPTURES_BRANCH_OUTPUT
-    embedding_capturable: Optional[bool] = None
+    capture_how: str | None = None  # families.CAPTURES_LOOP_SUM, ... (how the forward captures)
+    captures: str | None = None  # families.CAPTURES_RESIDUAL or CAPTURES_BRANCH_OUTPUT
+    embedding_capturable: bool | None = None
     final_capturable: bool = False
     flags: bool = False  # the loop reads per-layer _is_layer_to_capture flags
     tbo: str = families.TBO_NONE
-    problems: List[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
 
 
 _CAPTURE_KWARGS = ("captured_last_layer_outputs", "capture_output")
@@ -170,7 +169,7 @@ _GUARDED = {"hidden_states + residual if residual is not None else hidden_states
             "hidden_states if residual is None else hidden_states + residual"}
 
 
-def _in_capture_set(node: ast.AST) -> List[str]:
+def _in_capture_set(node: ast.AST) -> list[str]:
     """Left sides of `X in self.layers_to_capture` tests."""
     return [ast.unparse(n.left) for n in ast.walk(node) if isinstance(n, ast.Compare) and len(n.ops) == 1
             and isinstance(n.ops[0], ast.In) and ast.unparse(n.comparators[0]).endswith("layers_to_capture")]

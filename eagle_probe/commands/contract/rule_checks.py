@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import List, Tuple
 
 from ... import versions
 from ...versions import PLUS_ONE_ALWAYS, PLUS_ONE_IF_FIRST_IS_ONE
@@ -20,7 +19,7 @@ from .source import call_name, calls, find_function
 _PLUS_ONE = re.compile(r"^\[(\w+) \+ 1 for \1 in layer_ids\]$")
 
 
-def _capture_assignments(node) -> List[Tuple[ast.Assign, List[str]]]:
+def _capture_assignments(node) -> list[tuple[ast.Assign, list[str]]]:
     """Assignments to self.model.layers_to_capture with the if-conditions that lead to them."""
     out = []
 
@@ -73,7 +72,7 @@ def default_ids_test(node):
 
 # ---- graph set-up ---------------------------------------------------------------------------------
 
-def _no_arg_setter_calls(node) -> List[int]:
+def _no_arg_setter_calls(node) -> list[int]:
     return [c.lineno for c in calls(node) if call_name(c) == "set_eagle3_layers_to_capture"
             and not c.args and not c.keywords]
 

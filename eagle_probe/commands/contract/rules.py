@@ -5,19 +5,35 @@ the release's row of `versions.RULES` turned into claims about its source (`clai
 from __future__ import annotations
 
 import ast
-from typing import Dict, List, Tuple
 
 from ... import versions
-from ...versions import RANKS_RUNTIME_CONTEXT, V1_WORKER, VersionRules
 from ...analysis.draft_ids import DRAFT_CLASSES
+from ...versions import RANKS_RUNTIME_CONTEXT, V1_WORKER, VersionRules
+from .claims import Claim, absent, body_check, dataclass_field, defines, env_default, module_mentions, sets_attributes
 from .config_key_claims import config_key_claims
 from .draft_claims import KIMI_MODULE, draft_id_claims
-from .claims import Claim, absent, body_check, dataclass_field, defines, env_default, module_mentions, sets_attributes
-from .rule_checks import (assigns_result_field, aux_list_test, aux_packed_test, calls_attributes, calls_name,
-                          capture_flag_claim, capture_rule_test, default_ids_test, embedding_capturable_test,
-                          embedding_not_capturable_test, graph_setup_calls_defaults, no_default_setter_calls,
-                          passes_argument, passes_keyword, reads_attribute, retraction_sites_problem,
-                          returns_committed_token_lists, returns_last, returns_test, takes_param)
+from .rule_checks import (
+    assigns_result_field,
+    aux_list_test,
+    aux_packed_test,
+    calls_attributes,
+    calls_name,
+    capture_flag_claim,
+    capture_rule_test,
+    default_ids_test,
+    embedding_capturable_test,
+    embedding_not_capturable_test,
+    graph_setup_calls_defaults,
+    no_default_setter_calls,
+    passes_argument,
+    passes_keyword,
+    reads_attribute,
+    retraction_sites_problem,
+    returns_committed_token_lists,
+    returns_last,
+    returns_test,
+    takes_param,
+)
 
 DS = versions.DEEPSEEK_V2
 FORWARD_BATCH = "sglang.srt.model_executor.forward_batch_info"
@@ -36,7 +52,7 @@ def _sets_top_k_one(src):
 
 # Leading parameters (after self) each wrapper reads by position or name, keyed by patch target.
 # A target of ALL that is not listed here is checked for existence only (and says so).
-EXPECTED_PARAMS: Dict[str, Tuple[str, ...]] = {
+EXPECTED_PARAMS: dict[str, tuple[str, ...]] = {
     f"{DS}.DeepseekV2ForCausalLM.set_eagle3_layers_to_capture": ("layer_ids",),
     f"{DS}.DeepseekV2Model.forward": ("input_ids", "positions", "forward_batch"),
     f"{MODEL_RUNNER}.ModelRunner.load_model": (),
@@ -59,7 +75,7 @@ FOUND_PARAMS = {"set_eagle3_layers_to_capture": ("layer_ids",), "forward": ("inp
 ACCEPTANCE_PARAMS = {V1_WORKER: ("batch",), versions.V2_WORKER: ("result", "batch")}
 
 # Attributes the probe reads (integrations/, ranks.py), true in every supported release.
-ATTRIBUTES_READ: Tuple[Claim, ...] = (
+ATTRIBUTES_READ: tuple[Claim, ...] = (
     sets_attributes(DS, "DeepseekV2Model", ("layers_to_capture", "first_k_dense_replace", "start_layer", "end_layer")),
     body_check(DS, "DeepseekV2Model.forward", "reads self.layers_to_capture and forward_batch.can_run_tbo",
                lambda node: None if {"self.layers_to_capture", "forward_batch.can_run_tbo"} <= {
@@ -95,7 +111,7 @@ _SETTER = "DeepseekV2ForCausalLM.set_eagle3_layers_to_capture"
 _MODEL_FORWARD = "DeepseekV2Model.forward"
 
 
-def _rule_claims(rules: VersionRules) -> List[Claim]:
+def _rule_claims(rules: VersionRules) -> list[Claim]:
     """Each field of a row of versions.RULES as claims about that release's source."""
     out = [body_check(DS, _SETTER, f"maps ids by {rules.capture_id_rule}", capture_rule_test(rules.capture_id_rule)),
            body_check(DS, _SETTER, f"defaults (ids None) are {rules.default_ids}", default_ids_test)]
@@ -170,7 +186,7 @@ def _rule_claims(rules: VersionRules) -> List[Claim]:
     return out
 
 
-def _worker_boundary_claims() -> List[Claim]:
+def _worker_boundary_claims() -> list[Claim]:
     """The hand-off the worker wrappers read carries the target's packed aux states, prefill and verify alike."""
     worker = versions.WORKER_MODULE
     return [
@@ -193,7 +209,7 @@ def _worker_boundary_claims() -> List[Claim]:
     ]
 
 
-def _request_class_claims() -> List[Claim]:
+def _request_class_claims() -> list[Claim]:
     """What the traffic-class hooks read in the HTTP server process (runtime/integrations/request_classes.py)."""
     io_struct, histogram = "sglang.srt.managers.io_struct", versions.REQUEST_HISTOGRAM_FIELD
     return [
@@ -215,7 +231,7 @@ def _targets(integration, release):
     return [(t, False) for t in integration.targets] + [(t, True) for t in found]
 
 
-def target_claims(rules: VersionRules, integrations=None, release=None) -> Tuple[List[Claim], List[str]]:
+def target_claims(rules: VersionRules, integrations=None, release=None) -> tuple[list[Claim], list[str]]:
     """Claims for the patch targets of the integrations (those found at load time from the family rows of
     `release`, default the row's first release, included); plus notes on targets not expected here."""
     if integrations is None:
@@ -254,7 +270,7 @@ def target_claims(rules: VersionRules, integrations=None, release=None) -> Tuple
     return claims, notes
 
 
-def claims_for(rules: VersionRules, integrations=None, release=None) -> Tuple[List[Claim], List[str]]:
+def claims_for(rules: VersionRules, integrations=None, release=None) -> tuple[list[Claim], list[str]]:
     targets, notes = target_claims(rules, integrations, release)
     version = versions.format_version(release or rules.first)  # the forward keys' table is per release, not per row
     present = [name for name, row in DRAFT_CLASSES.items() if row.module not in rules.absent_modules]

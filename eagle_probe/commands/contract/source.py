@@ -8,8 +8,8 @@ from __future__ import annotations
 import ast
 import os
 import zipfile
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 from ... import versions
 
@@ -17,22 +17,22 @@ from ... import versions
 class SourceTree:
     """The sglang package's .py files, by module name, from a wheel or a directory."""
 
-    def __init__(self, label: str, read: Callable[[str], Optional[bytes]], paths: Iterable[str]):
+    def __init__(self, label: str, read: Callable[[str], bytes | None], paths: Iterable[str]):
         self.label = label
         self._read = read
         self.paths = sorted(p for p in paths if p.endswith(".py"))
         self._path_set = set(self.paths)
-        self._trees: Dict[str, Optional[ast.Module]] = {}
-        self._texts: Dict[str, Optional[str]] = {}
+        self._trees: dict[str, ast.Module | None] = {}
+        self._texts: dict[str, str | None] = {}
 
     @classmethod
-    def from_wheel(cls, path: str, label: Optional[str] = None) -> "SourceTree":
+    def from_wheel(cls, path: str, label: str | None = None) -> SourceTree:
         archive = zipfile.ZipFile(path)
         names = [n for n in archive.namelist() if n.startswith("sglang/")]
         return cls(label or os.path.basename(path), lambda n: archive.read(n), names)
 
     @classmethod
-    def installed(cls) -> Optional["SourceTree"]:
+    def installed(cls) -> SourceTree | None:
         import importlib.util
 
         spec = importlib.util.find_spec("sglang")  # finds the package; does not import it
@@ -49,7 +49,7 @@ class SourceTree:
 
         return cls(f"installed sglang {versions.installed_sglang_version()}", read, paths)
 
-    def _path(self, module: str) -> Optional[str]:
+    def _path(self, module: str) -> str | None:
         base = module.replace(".", "/")
         for candidate in (base + ".py", base + "/__init__.py"):
             if candidate in self._path_set:
@@ -59,19 +59,19 @@ class SourceTree:
     def has_module(self, module: str) -> bool:
         return self._path(module) is not None
 
-    def text(self, module: str) -> Optional[str]:
+    def text(self, module: str) -> str | None:
         if module not in self._texts:
             path = self._path(module)
             self._texts[module] = None if path is None else self._read(path).decode("utf-8-sig", "replace")
         return self._texts[module]
 
-    def tree(self, module: str) -> Optional[ast.Module]:
+    def tree(self, module: str) -> ast.Module | None:
         if module not in self._trees:
             text = self.text(module)
             self._trees[module] = None if text is None else ast.parse(text)
         return self._trees[module]
 
-    def modules(self, prefix: str = "sglang") -> List[str]:
+    def modules(self, prefix: str = "sglang") -> list[str]:
         out = []
         for path in self.paths:
             name = path[:-3].replace("/", ".")
@@ -80,7 +80,7 @@ class SourceTree:
                 out.append(name)
         return out
 
-    def split(self, dotted: str) -> Tuple[Optional[str], str]:
+    def split(self, dotted: str) -> tuple[str | None, str]:
         """'a.b.C.f' -> ('a.b', 'C.f'): the longest prefix that is a module here."""
         parts = dotted.split(".")
         for cut in range(len(parts) - 1, 0, -1):
@@ -88,6 +88,15 @@ class SourceTree:
             if self.has_module(module):
                 return module, ".".join(parts[cut:])
         return None, dotted
+
+
+def _binds(node, name: str) -> bool:
+    """Whether a top-level statement defines or assigns `name`."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return node.name == name
+    if isinstance(node, ast.Assign):
+        return any(isinstance(t, ast.Name) and t.id == name for t in node.targets)
+    return isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == name
 
 
 def top_level_bindings(body):
@@ -122,18 +131,14 @@ def _absolute(module: str, node: ast.ImportFrom, is_package: bool) -> str:
     return ".".join(base + ([node.module] if node.module else []))
 
 
-def find_name(src: SourceTree, module: str, name: str, depth: int = 0) -> Optional[Found]:
+def find_name(src: SourceTree, module: str, name: str, depth: int = 0) -> Found | None:
     """Where `name` is bound at module level (following `from x import name` inside sglang)."""
     tree = src.tree(module)
     if tree is None or depth > 8:
         return None
     found = None
     for node in top_level_bindings(tree.body):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name:
-            found = Found(module, node)
-        elif isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
-            found = Found(module, node)
-        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == name:
+        if _binds(node, name):
             found = Found(module, node)
         elif isinstance(node, ast.ImportFrom):
             for alias in node.names:
@@ -145,7 +150,7 @@ def find_name(src: SourceTree, module: str, name: str, depth: int = 0) -> Option
     return found
 
 
-def class_member(src: SourceTree, cls: Found, attr: str, depth: int = 0) -> Optional[Found]:
+def class_member(src: SourceTree, cls: Found, attr: str, depth: int = 0) -> Found | None:
     """Where class `cls` (or a base of it defined in sglang) binds `attr`."""
     if depth > 8 or not isinstance(cls.node, ast.ClassDef):
         return None
@@ -166,7 +171,7 @@ def class_member(src: SourceTree, cls: Found, attr: str, depth: int = 0) -> Opti
     return None
 
 
-def find(src: SourceTree, module: str, qualname: str) -> Optional[Found]:
+def find(src: SourceTree, module: str, qualname: str) -> Found | None:
     """Resolve module + 'Class.method' (or 'function') the way Patcher's getattr chain would."""
     first, *rest = qualname.split(".")
     found = find_name(src, module, first)
@@ -177,7 +182,7 @@ def find(src: SourceTree, module: str, qualname: str) -> Optional[Found]:
     return found
 
 
-def find_function(src: SourceTree, module: str, qualname: str) -> Tuple[Optional[Found], Optional[str]]:
+def find_function(src: SourceTree, module: str, qualname: str) -> tuple[Found | None, str | None]:
     """(the def, None), or (None, what is wrong) when module.qualname is not a function."""
     found = find(src, module, qualname)
     if found is None or not isinstance(found.node, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -185,7 +190,7 @@ def find_function(src: SourceTree, module: str, qualname: str) -> Tuple[Optional
     return found, None
 
 
-def param_names(node) -> List[str]:
+def param_names(node) -> list[str]:
     """A def's parameter names, self/cls left out, keyword-only ones last."""
     args = [a.arg for a in node.args.posonlyargs + node.args.args]
     if args and args[0] in ("self", "cls"):
@@ -193,7 +198,7 @@ def param_names(node) -> List[str]:
     return args + [a.arg for a in node.args.kwonlyargs]
 
 
-def decorators(node) -> List[str]:
+def decorators(node) -> list[str]:
     return [ast.unparse(d) for d in getattr(node, "decorator_list", ())]
 
 

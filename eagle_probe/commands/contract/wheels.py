@@ -11,7 +11,6 @@ import re
 import subprocess
 import sys
 import urllib.request
-from typing import List, Optional
 
 from ... import versions
 
@@ -24,7 +23,7 @@ DEFAULT_CACHE = os.path.join(_REPO, ".cache", "sglang-wheels")
 WHEEL_PLATFORM = ("--platform", "manylinux_2_34_x86_64", "--python-version", "3.11", "--implementation", "cp")
 
 
-def list_releases(timeout: float = 60) -> List[str]:
+def list_releases(timeout: float = 60) -> list[str]:
     """Final releases (post releases included, pre-releases not) in the supported range, from PyPI."""
     try:
         with urllib.request.urlopen(PYPI_JSON, timeout=timeout) as response:
@@ -36,7 +35,8 @@ def list_releases(timeout: float = 60) -> List[str]:
                              text=True, timeout=timeout)
         match = re.search(r"Available versions: (.*)", out.stdout)
         if not match:
-            raise RuntimeError(f"cannot list sglang releases from PyPI: {exc}; pip index: {out.stderr.strip()[-300:]}")
+            raise RuntimeError(f"cannot list sglang releases from PyPI: {exc}; "
+                               f"pip index: {out.stderr.strip()[-300:]}") from exc
         candidates = [v.strip() for v in match.group(1).split(",")]
     out = []
     for text in candidates:
@@ -48,7 +48,7 @@ def list_releases(timeout: float = 60) -> List[str]:
     return sorted(out, key=versions.parse_version)
 
 
-def cached_wheel(release: str, cache: str) -> Optional[str]:
+def cached_wheel(release: str, cache: str) -> str | None:
     hits = sorted(glob.glob(os.path.join(cache, f"sglang-{release}-*.whl")))
     return hits[0] if hits else None
 

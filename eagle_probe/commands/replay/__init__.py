@@ -22,8 +22,8 @@ HELP = "replay the EAGLE-3 draft on the probe's dumps: position-0 agreement per 
 
 def cmd_replay(args) -> int:
     try:
-        import torch
         import safetensors  # noqa: F401
+        import torch
     except ImportError as exc:
         print(f"eagle-probe replay: needs torch and safetensors in this environment ({exc})", file=sys.stderr)
         return 2

@@ -2,16 +2,16 @@
 consecutive rows) are padded into batches whose score tensors stay under a size bound, longest first, so that one
 scaled-dot-product call serves a batch; the gather indices and key masks are computed once per set of rows."""
 
-from typing import List, Sequence, Tuple
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
 
 ATTENTION_ELEMENTS = 1 << 26  # padded attention scores per batched SDPA call (bounds memory)
-Groups = List[Tuple[torch.Tensor, torch.Tensor]]  # (gather index [B, L] into rows + 1 pad row, key mask [B, L])
+Groups = list[tuple[torch.Tensor, torch.Tensor]]  # (gather index [B, L] into rows + 1 pad row, key mask [B, L])
 
 
-def attention_groups(segments: Sequence[Tuple[int, int]], heads: int, device) -> Groups:
+def attention_groups(segments: Sequence[tuple[int, int]], heads: int, device) -> Groups:
     """Requests padded into batches whose score tensors stay under ATTENTION_ELEMENTS."""
     order = sorted(segments, key=lambda s: -s[1])
     groups, current = [], []

@@ -3,7 +3,6 @@
 Every failure is a ReplayInputError naming the file and what is wrong."""
 
 import os
-from typing import Dict, List, Optional, Tuple
 
 from .. import safetensors_io
 from ..json_files import read_json_object
@@ -38,7 +37,7 @@ def read_tensor(handle, path: str, name: str, what: str):
     return safetensors_io.read_tensor(handle, path, name, what, ReplayInputError)
 
 
-def weight_files(directory: str, what: str) -> Tuple[Dict[str, str], List[str]]:
+def weight_files(directory: str, what: str) -> tuple[dict[str, str], list[str]]:
     """{tensor name: file} from the index when there is one, else from every *.safetensors file's header."""
     index = os.path.join(directory, INDEX)
     if os.path.lexists(index):
@@ -57,12 +56,12 @@ def weight_files(directory: str, what: str) -> Tuple[Dict[str, str], List[str]]:
     names = {}
     for file in files:
         with open_safetensors(file, what) as handle:
-            for name in handle.keys():
+            for name in handle.keys():  # noqa: SIM118  (safe_open has keys(), no __iter__)
                 names[name] = file
     return names, files
 
 
-def load_all(directory: str, what: str) -> Dict[str, object]:
+def load_all(directory: str, what: str) -> dict[str, object]:
     """Every tensor of a (small) checkpoint, e.g. the draft's."""
     names, _ = weight_files(directory, what)
     out, by_file = {}, {}
@@ -80,7 +79,7 @@ def load_all(directory: str, what: str) -> Dict[str, object]:
     return out
 
 
-def find_name(names, wanted: str) -> Optional[str]:
+def find_name(names, wanted: str) -> str | None:
     """The checkpoint's name for `wanted`, trying the prefixes multimodal wrappers add."""
     for prefix in PREFIXES:
         if prefix + wanted in names:
@@ -88,7 +87,7 @@ def find_name(names, wanted: str) -> Optional[str]:
     return None
 
 
-def load_named(directory: str, wanted: List[str], what: str) -> Dict[str, object]:
+def load_named(directory: str, wanted: list[str], what: str) -> dict[str, object]:
     """Only the named tensors (looked up with the wrapper prefixes); absent ones are left out."""
     names, _ = weight_files(directory, what)
     out = {}
@@ -106,7 +105,7 @@ def load_named(directory: str, wanted: List[str], what: str) -> Dict[str, object
     return out
 
 
-def target_head_and_embedding(directory: str) -> Tuple[object, object, dict, List[str]]:
+def target_head_and_embedding(directory: str) -> tuple[object, object, dict, list[str]]:
     """(embedding, lm_head, target config, notes) of the target; lm_head is the embedding when tied."""
     model_dir(directory, "target")
     config_path = os.path.join(directory, "config.json")

@@ -19,8 +19,8 @@ sampled), while spec_info.hidden_states keeps the target's aux states row for ro
 logits at row t + 1 choose. Replay pairs them the same way.
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -58,7 +58,7 @@ class TorchDraft:
         self.device = torch.device(device)
 
     def prepare(self, next_tokens: torch.Tensor, positions: torch.Tensor,
-                segments: Sequence[Tuple[int, int]]) -> Prepared:
+                segments: Sequence[tuple[int, int]]) -> Prepared:
         """next_tokens: the token at t + 1 for each row t; positions: t's position in its request; segments:
         (first row, rows) per request, rows consecutive."""
         s, w = self.spec, self.w
@@ -102,7 +102,7 @@ class TorchDraft:
         x = x @ w.fc.T
         return x + w.fc_bias if w.fc_bias is not None else x
 
-    def _layer(self, index: int, hidden: torch.Tensor, residual: Optional[torch.Tensor], prepared: Prepared):
+    def _layer(self, index: int, hidden: torch.Tensor, residual: torch.Tensor | None, prepared: Prepared):
         s, layer = self.spec, self.w.layers[index]
         hd, q_rows, kv_rows = s.head_dim, s.num_heads * s.head_dim, s.num_kv_heads * s.head_dim
         if index == 0:
@@ -159,7 +159,7 @@ class TorchDraft:
         return inverse[target_ids.to(mapped.device)].to(target_ids.device)
 
     def judge(self, aux: torch.Tensor, prepared: Prepared, labels: torch.Tensor,
-              label_draft_ids: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+              label_draft_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Per row: whether the greedy proposal equals the label (a target id), and the log-probability the draft
         gives the label (-inf where its vocabulary lacks it; `label_draft_ids` from draft_ids(labels), tiled like
         the rows)."""
@@ -174,8 +174,8 @@ class TorchDraft:
         return torch.cat(hits), torch.cat(log_probs)
 
 
-def load_torch_draft(directory: str, target_embedding: Optional[torch.Tensor], target_head: Optional[torch.Tensor],
-                     embedding: Optional[str] = None, device="cpu") -> TorchDraft:
+def load_torch_draft(directory: str, target_embedding: torch.Tensor | None, target_head: torch.Tensor | None,
+                     embedding: str | None = None, device="cpu") -> TorchDraft:
     """The draft checkpoint directory (config.json + safetensors) as a TorchDraft; the target's embedding and lm_head
     are used where SGLang uses them (or as `embedding` says: None, "target", "own")."""
     import os

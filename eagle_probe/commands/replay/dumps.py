@@ -13,8 +13,8 @@ states, so the draft's attention sees the chain only.
 """
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -27,25 +27,25 @@ class DumpRows:
     """Every evaluated row of every dump, concatenated."""
 
     directory: str
-    files: List[str]
-    duplicates: List[str]
+    files: list[str]
+    duplicates: list[str]
     meta: dict  # the first file's eagle_probe.meta
-    served: Tuple[int, ...]  # HF index per aux slot, as served
+    served: tuple[int, ...]  # HF index per aux slot, as served
     hidden_size: int
     num_layers: int
     next_tokens: torch.Tensor  # [N] the token at t + 1
     positions: torch.Tensor  # [N] t's position in its request
-    segments: List[Tuple[int, int]]  # (first row, rows) per request
+    segments: list[tuple[int, int]]  # (first row, rows) per request
     aux: torch.Tensor  # [N, K*H] served aux states at t
-    label_states: Optional[torch.Tensor]  # [N, H] the target's final hidden state at t + 1 (prefill dumps)
-    label_ids: Optional[torch.Tensor]  # [N] the target's greedy token after t + 1 (verify dumps without the above)
-    layers: Dict[int, torch.Tensor]  # HF index -> [N, H] (all-layer dumps; loaded only when asked)
-    layer_indices: List[int]  # the indices every file holds
+    label_states: torch.Tensor | None  # [N, H] the target's final hidden state at t + 1 (prefill dumps)
+    label_ids: torch.Tensor | None  # [N] the target's greedy token after t + 1 (verify dumps without the above)
+    layers: dict[int, torch.Tensor]  # HF index -> [N, H] (all-layer dumps; loaded only when asked)
+    layer_indices: list[int]  # the indices every file holds
     requests: int
     dumped_rows: int
     cached_prefix_requests: int  # requests whose forward started after cached tokens (chunked prefill, prefix cache)
-    versions: List[str] = field(default_factory=list)
-    unlabelled: List[str] = field(default_factory=list)  # dumps left out: no final hidden state, or not the labels used
+    versions: list[str] = field(default_factory=list)
+    unlabelled: list[str] = field(default_factory=list)  # dumps left out: no final hidden state, or not the labels used
 
     @property
     def rows(self) -> int:
@@ -94,8 +94,8 @@ def read_dumps(path: str, want_layers: bool) -> DumpRows:
     unlabelled = [d.path for d in used if all(d is not kept for kept in labelled)]  # (a Dump's == compares tensors)
     used = labelled
     parts = {"next": [], "pos": [], "aux": [], "label": []}
-    layer_parts: Dict[int, List[torch.Tensor]] = {}
-    segments: List[Tuple[int, int]] = []
+    layer_parts: dict[int, list[torch.Tensor]] = {}
+    segments: list[tuple[int, int]] = []
     offset = 0
     requests_of = {id(dump): verify_chains(dump) if by_ids else dump.requests for dump in used}
     for dump in used:
@@ -129,7 +129,7 @@ def read_dumps(path: str, want_layers: bool) -> DumpRows:
         versions=sorted({str(d.meta.get("sglang_version")) for d in used}))
 
 
-def verify_chains(dump: Dump) -> List[Tuple[int, int, int]]:
+def verify_chains(dump: Dump) -> list[tuple[int, int, int]]:
     """(first row, end row, committed tokens before it) per request of a verify dump: rows_per_request rows each."""
     per = dump.meta.get("rows_per_request")
     if isinstance(per, bool) or not isinstance(per, int) or per < 1 or dump.rows % per:

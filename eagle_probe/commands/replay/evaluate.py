@@ -9,7 +9,7 @@ every wiring), a finer measure than the count for telling near-ties apart.
 """
 
 import time
-from typing import Dict, List, Optional, Sequence, Tuple
+from collections.abc import Sequence
 
 import torch
 
@@ -17,7 +17,7 @@ from .draft import TorchDraft
 from .dumps import DumpRows
 
 ROW_BUDGET = {"cpu": 4096, "cuda": 16384}  # rows per pass when several wirings are stacked
-Score = Tuple[int, int, Optional[float]]  # (correct, positions, mean log-probability of the target's token)
+Score = tuple[int, int, float | None]  # (correct, positions, mean log-probability of the target's token)
 
 
 def greedy_tokens(final_hidden: torch.Tensor, lm_head: torch.Tensor, device, vocab_rows: int = 16384) -> torch.Tensor:
@@ -44,11 +44,11 @@ class Evaluator:
                 greedy_tokens(rows.label_states, target_head, self.device)
             self.label_draft_ids = draft.draft_ids(self.labels)
             self.prepared = draft.prepare(rows.next_tokens, rows.positions, rows.segments)
-        self.layers: Dict[int, torch.Tensor] = {i: t.to(self.device) for i, t in rows.layers.items()}
+        self.layers: dict[int, torch.Tensor] = {i: t.to(self.device) for i, t in rows.layers.items()}
         self.setup_s = time.perf_counter() - started
         self.evaluated = 0
         self.seconds = 0.0
-        self._tiled: Dict[int, object] = {}
+        self._tiled: dict[int, object] = {}
 
     @property
     def positions(self) -> int:
@@ -58,7 +58,7 @@ class Evaluator:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
-    def _scores(self, hits: torch.Tensor, log_probs: torch.Tensor, copies: int) -> List[Score]:
+    def _scores(self, hits: torch.Tensor, log_probs: torch.Tensor, copies: int) -> list[Score]:
         held = self.label_draft_ids >= 0
         kept = int(held.sum())
         correct = hits.view(copies, -1).sum(-1).tolist()
@@ -71,7 +71,7 @@ class Evaluator:
             hits, log_probs = self.draft.judge(aux.to(self.device), self.prepared, self.labels, self.label_draft_ids)
         return self._scores(hits, log_probs, 1)[0]
 
-    def likelihood_margin(self, better: Sequence[int], other: Sequence[int]) -> Optional[Tuple[float, float, int]]:
+    def likelihood_margin(self, better: Sequence[int], other: Sequence[int]) -> tuple[float, float, int] | None:
         """(mean, standard error, positions) of the per-position difference in log p(target's token) between two
         wirings, paired over the same positions (those the draft's vocabulary holds); None with fewer than two."""
         held = self.label_draft_ids >= 0
@@ -84,11 +84,11 @@ class Evaluator:
         diff = (per_wiring[0] - per_wiring[1]).double()
         return float(diff.mean()), float(diff.std() / n ** 0.5), n
 
-    def evaluate(self, wirings: Sequence[Sequence[int]]) -> List[Score]:
+    def evaluate(self, wirings: Sequence[Sequence[int]]) -> list[Score]:
         """The score per wiring, each slot's states taken from the dump's hidden_states.I."""
         n = self.positions
         per_pass = max(1, ROW_BUDGET.get(self.device.type, 4096) // max(n, 1))
-        out: List[Score] = []
+        out: list[Score] = []
         self._sync()
         started = time.perf_counter()
         with torch.no_grad():

@@ -3,14 +3,13 @@ SGLang's get_rope builds (default, linear, llama3, yarn), computed as SGLang com
 application to queries and keys (neox halves or interleaved pairs, partial rotary dims)."""
 
 import math
-from typing import Tuple
 
 import torch
 
 from .spec import RopeSpec
 
 
-def _inv_freq(rope: RopeSpec) -> Tuple[torch.Tensor, float]:
+def _inv_freq(rope: RopeSpec) -> tuple[torch.Tensor, float]:
     """(inverse frequencies [rotary_dim / 2], magnitude scale) for the rope kinds SGLang's get_rope builds."""
     dim = rope.rotary_dim
     # float32 throughout, as SGLang computes its cos/sin cache (the angles of late positions are sensitive)
@@ -56,7 +55,7 @@ def _inv_freq(rope: RopeSpec) -> Tuple[torch.Tensor, float]:
     return inv, magnitude * float(rope.param("attn_factor", 1.0))
 
 
-def rope_tables(rope: RopeSpec, positions: torch.Tensor, device) -> Tuple[torch.Tensor, torch.Tensor]:
+def rope_tables(rope: RopeSpec, positions: torch.Tensor, device) -> tuple[torch.Tensor, torch.Tensor]:
     inv, magnitude = _inv_freq(rope)
     t = positions.to(torch.float32).cpu()
     if rope.kind == "linear":

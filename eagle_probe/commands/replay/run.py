@@ -3,7 +3,7 @@ score the served wiring and (with --search) every candidate, and build the repor
 
 import math
 import time
-from typing import List, Optional, Sequence, Tuple
+from collections.abc import Sequence
 
 import torch
 
@@ -28,7 +28,7 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def parse_wiring(spec: str, slots: int) -> Tuple[int, ...]:
+def parse_wiring(spec: str, slots: int) -> tuple[int, ...]:
     try:
         wiring = layer_rules.parse_trained_layers(spec)
     except ValueError as exc:
@@ -86,11 +86,11 @@ def _candidate(c: Candidate, n: int, reach=None) -> dict:
 
 
 def replay(draft_dir: str, target_dir: str, dump: str, do_search: bool = False, device_name: str = "cpu",
-           draft_embedding: Optional[str] = None, wirings: Sequence[str] = (),
-           sglang_version: Optional[str] = None, exhaustive_limit: int = EXHAUSTIVE_LIMIT) -> dict:
+           draft_embedding: str | None = None, wirings: Sequence[str] = (),
+           sglang_version: str | None = None, exhaustive_limit: int = EXHAUSTIVE_LIMIT) -> dict:
     """Everything replay prints, as one dict. Raises ReplayInputError on bad input."""
     started = time.perf_counter()
-    notes: List[str] = []
+    notes: list[str] = []
     device = resolve_device(device_name)
     version_text = sglang_version or installed_sglang_version()
     version = parse_version(version_text) if version_text else None

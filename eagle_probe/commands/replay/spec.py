@@ -18,7 +18,6 @@ What SGLang decides, and where (sglang/srt/models/llama_eagle3.py, llama.py, rot
 """
 
 from dataclasses import dataclass, field
-from typing import Optional, Tuple
 
 ROPE_TYPES = ("default", "linear", "llama3", "yarn")
 
@@ -34,7 +33,7 @@ class RopeSpec:
     max_position: int
     neox: bool = True
     kind: str = "default"
-    params: Tuple[Tuple[str, object], ...] = ()
+    params: tuple[tuple[str, object], ...] = ()
 
     def param(self, name: str, default):
         return dict(self.params).get(name, default)
@@ -53,15 +52,15 @@ class DraftSpec:
     intermediate_size: int
     rms_norm_eps: float
     vocab_size: int
-    draft_vocab_size: Optional[int]  # None: SGLang loads the target's lm_head
+    draft_vocab_size: int | None  # None: SGLang loads the target's lm_head
     tie_word_embeddings: bool
     norm_before_fc: bool
     fc_norm: bool
     fc_bias: bool
     o_bias: bool
-    layer_ids: Optional[Tuple[int, ...]]
+    layer_ids: tuple[int, ...] | None
     rope: RopeSpec
-    notes: Tuple[str, ...] = field(default_factory=tuple)
+    notes: tuple[str, ...] = field(default_factory=tuple)
 
     @property
     def fc_in(self) -> int:

@@ -4,7 +4,6 @@ give it (the target's or its own), into a `DraftWeights`. A missing or misshapen
 the file and the tensor; where SGLang quietly keeps a default (a norm's ones, the target's lm_head) a note says so."""
 
 from dataclasses import dataclass
-from typing import Dict, List, Optional
 
 import torch
 
@@ -26,7 +25,7 @@ def canonical_name(name: str) -> str:
 class Layer:
     qkv: torch.Tensor  # [(heads + 2 kv_heads) * head_dim, in]; layer 0: in = 2 H, the embedding half first
     o: torch.Tensor
-    o_bias: Optional[torch.Tensor]
+    o_bias: torch.Tensor | None
     gate: torch.Tensor
     up: torch.Tensor
     down: torch.Tensor
@@ -39,17 +38,17 @@ class Layer:
 class DraftWeights:
     spec: DraftSpec
     fc: torch.Tensor
-    fc_bias: Optional[torch.Tensor]
-    input_norm: Optional[torch.Tensor]
-    fc_norm: Optional[List[torch.Tensor]]
-    layers: List[Layer]
+    fc_bias: torch.Tensor | None
+    input_norm: torch.Tensor | None
+    fc_norm: list[torch.Tensor] | None
+    layers: list[Layer]
     norm: torch.Tensor
     lm_head: torch.Tensor  # [draft vocab, H]
-    d2t: Optional[torch.Tensor]  # [draft vocab] int64: target id = draft id + d2t[draft id]
+    d2t: torch.Tensor | None  # [draft vocab] int64: target id = draft id + d2t[draft id]
     embedding: torch.Tensor  # [vocab, H], kept in its stored dtype (rows are looked up once)
     embedding_source: str  # "target" | "own"
     lm_head_source: str  # "draft" | "target" | "embedding"
-    notes: List[str]
+    notes: list[str]
 
 
 def _shape_error(file: str, name: str, got, want) -> ReplayInputError:
@@ -57,16 +56,16 @@ def _shape_error(file: str, name: str, got, want) -> ReplayInputError:
                             f"{list(want)}")
 
 
-def build_weights(spec: DraftSpec, tensors: Dict[str, torch.Tensor], checkpoint: str,
-                  target_embedding: Optional[torch.Tensor], target_head: Optional[torch.Tensor],
-                  embedding: Optional[str], device) -> DraftWeights:
+def build_weights(spec: DraftSpec, tensors: dict[str, torch.Tensor], checkpoint: str,
+                  target_embedding: torch.Tensor | None, target_head: torch.Tensor | None,
+                  embedding: str | None, device) -> DraftWeights:
     """Assemble float32 weights on `device` from the draft checkpoint's tensors (and the target's two).
 
     embedding: None (what SGLang does), "target" or "own". Raises ReplayInputError naming the file and tensor."""
     named = {}
     for name, tensor in tensors.items():
         named[canonical_name(name)] = tensor
-    notes: List[str] = []
+    notes: list[str] = []
     h, hd = spec.hidden_size, spec.head_dim
     q_rows, kv_rows = spec.num_heads * hd, spec.num_kv_heads * hd
 

@@ -4,7 +4,6 @@ from step to step; a tree's depth is its draft steps), with the share of verify 
 earlier releases carry rates only (no per-position counts): their rates are weighted by each window's drafts."""
 
 from collections import Counter
-from typing import List, Optional
 
 
 def _count(event, key) -> int:
@@ -12,7 +11,7 @@ def _count(event, key) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
-def _sum_lists(events, key) -> Optional[List[int]]:
+def _sum_lists(events, key) -> list[int] | None:
     lists = [e.get(key) for e in events]
     if not lists or any(not isinstance(values, list) for values in lists):
         return None
@@ -23,7 +22,7 @@ def _sum_lists(events, key) -> Optional[List[int]]:
     return out
 
 
-def _weighted_rates(events, positions) -> List[Optional[float]]:
+def _weighted_rates(events, positions) -> list[float | None]:
     """Per-position rates of logs without counts, weighted by each window's drafts."""
     out = []
     for k in range(positions):
@@ -98,7 +97,7 @@ def _fmt(value, digits=3):
     return "n/a" if value is None else f"{value:.{digits}f}"
 
 
-def render_acceptance_text(acc) -> List[str]:
+def render_acceptance_text(acc) -> list[str]:
     if not acc:
         return []
     out = [f"  acceptance over {acc['windows']} window(s), {acc['drafts']} drafts: mean accept length "

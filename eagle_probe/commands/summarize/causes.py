@@ -4,13 +4,13 @@ length (acceptance_past_trained_length, analysis.trained_length, on the position
 accept length (acceptance_bimodal, analysis.bimodal). Each becomes a finding of the rank it was seen on."""
 
 import os
-from typing import List, Optional
 
 from ... import events as names
 from ...analysis import bimodal, field_prior, sampled_traffic, trained_length
 from ...analysis import findings as F
 from ...analysis.slices import DIMENSIONS
-from .training import NOT_CAUSES, checks as training_checks
+from .training import NOT_CAUSES
+from .training import checks as training_checks
 
 SUMMARIZE_SOURCE = "summarize --draft-max-length"
 LOGGED_SOURCE = "the probe's eagle_probe.draft.loaded event (source not logged)"
@@ -35,14 +35,14 @@ def _as_event(finding, rank: dict, timestamp=None) -> dict:
             "timestamp": timestamp, "event": names.FINDING}
 
 
-def _slice_rank(report: dict, rank: dict) -> Optional[dict]:
+def _slice_rank(report: dict, rank: dict) -> dict | None:
     for item in (report.get("acceptance_slices") or {}).get("ranks") or []:
         if _key(item) == _key(rank):
             return item
     return None
 
 
-def _slices_check(slice_rank: Optional[dict]) -> dict:
+def _slices_check(slice_rank: dict | None) -> dict:
     if slice_rank is None:
         return {"check": "slices", "status": "not checked", "detail": "no eagle_probe.acceptance_slices event"}
     if slice_rank["low"]:
@@ -52,7 +52,7 @@ def _slices_check(slice_rank: Optional[dict]) -> dict:
             "beyond chance"}
 
 
-def _decode_path_suspect(slice_rank: Optional[dict]) -> Optional[str]:
+def _decode_path_suspect(slice_rank: dict | None) -> str | None:
     """Why the decode path is suspect: a slice of the verify path (CUDA graph or eager) or of the step (the first after
     prefill, whose draft is fed the prefill's aux states, against later ones, fed the verify forwards') is below the
     rest beyond chance (the slices' test; a raw gap between small counts is not taken as evidence)."""
@@ -65,13 +65,13 @@ def _decode_path_suspect(slice_rank: Optional[dict]) -> Optional[str]:
     return None
 
 
-def _dump_dir(events) -> Optional[str]:
+def _dump_dir(events) -> str | None:
     dumps = sorted({os.path.dirname(e["path"]) for e in events if e.get("event") == names.DUMP_WRITTEN
                     and isinstance(e.get("path"), str)})
     return dumps[0] if dumps else None
 
 
-def next_steps(events, check_rows: List[dict], slice_rank: Optional[dict], found: set) -> List[str]:
+def next_steps(events, check_rows: list[dict], slice_rank: dict | None, found: set) -> list[str]:
     """In order: the low slice when one traffic class is low; consistency when the decode path is suspect; dumps then
     replay --search when the layers could be wrong; the vocabulary when it was not checked."""
     steps = []
@@ -105,7 +105,7 @@ def next_steps(events, check_rows: List[dict], slice_rank: Optional[dict], found
     return steps
 
 
-def _low(events, report, found, causes) -> List[dict]:
+def _low(events, report, found, causes) -> list[dict]:
     if (report.get("training") or {}).get("accuracy") is not None:
         return []  # a promise was given: acceptance_below_training judges against it
     out = []
@@ -149,7 +149,7 @@ def _trained_length(events, rank, option) -> tuple:
     return mine[-1]["trained_length"], str(mine[-1].get("trained_length_source") or LOGGED_SOURCE)
 
 
-def _past_length(events, report, option) -> List[dict]:
+def _past_length(events, report, option) -> list[dict]:
     out = []
     for slice_rank in (report.get("acceptance_slices") or {}).get("ranks") or []:
         length, source = _trained_length(events, slice_rank, option)
@@ -163,7 +163,7 @@ def _past_length(events, report, option) -> List[dict]:
     return out
 
 
-def _bimodal(report) -> List[dict]:
+def _bimodal(report) -> list[dict]:
     out = []
     for slice_rank in (report.get("acceptance_slices") or {}).get("ranks") or []:
         histogram = slice_rank.get("request_accept_length") or {}
@@ -174,7 +174,7 @@ def _bimodal(report) -> List[dict]:
     return out
 
 
-def causes_section(events: list, report: dict, draft_max_length: Optional[int] = None) -> dict:
+def causes_section(events: list, report: dict, draft_max_length: int | None = None) -> dict:
     """{"findings": event-like dicts}; the prior's figures and sources for the report."""
     found = {g["code"] for g in report["findings"]}
     causes = sorted(g["code"] for g in report["findings"]

@@ -3,12 +3,11 @@
 draft_vocab_coverage_low where the coverage is low or binds the acceptance served (analysis.vocab_coverage; the
 promise is the training accuracies' when known)."""
 
-from typing import List, Optional
 
 from ... import events as names
 from ...analysis import findings as F
-from ...analysis.training_gap import TOLERANCE
 from ...analysis.acceptance import expected_mean_length
+from ...analysis.training_gap import TOLERANCE
 from ...analysis.vocab_coverage import coverage_finding, describe_map, length_cap
 
 
@@ -16,7 +15,7 @@ def _key(event: dict):
     return (event.get("tp_rank"), event.get("pp_rank"), event.get("dp_rank"), event.get("pid"))
 
 
-def coverage_section(events: list, ranks: List[dict], accuracy=None) -> dict:
+def coverage_section(events: list, ranks: list[dict], accuracy=None) -> dict:
     """{"coverage", "in_vocab", "verified_tokens", "ranks": [...], "findings": [...]}; coverage None without events.
     Each rank entry of `ranks` gains "draft_vocab_coverage" (its row, or None). accuracy: the training accuracy (one
     number or per position) that decides whether acceptance is below the promise, or None."""
@@ -63,7 +62,7 @@ def coverage_section(events: list, ranks: List[dict], accuracy=None) -> dict:
             "ranks": rows, "findings": findings}
 
 
-def render_coverage_line(row: Optional[dict]) -> List[str]:
+def render_coverage_line(row: dict | None) -> list[str]:
     if not row:
         return []
     cap = row["mean_accept_length_cap"]

@@ -7,7 +7,6 @@ probe may add some. A field that report.py (or html_report.py) starts to read mu
 
 import math
 import re
-from typing import Optional
 
 from ... import events as names
 from ..json_files import shown as _shown
@@ -149,7 +148,7 @@ BY_EVENT = {
 }
 
 
-def field_problem(event: dict) -> Optional[str]:
+def field_problem(event: dict) -> str | None:
     """Why the report cannot use this event (a known field of the wrong type), or None."""
     for spec in (COMMON, BY_EVENT.get(event.get("event"), {})):
         for key, (check, accepted) in spec.items():

@@ -11,7 +11,7 @@ import hashlib
 import html
 import json
 import math
-from typing import Dict, List, Optional, Sequence, Tuple
+from collections.abc import Sequence
 
 W, H = 560, 300
 ML, MR, MT, MB = 56, 16, 34, 46
@@ -22,7 +22,7 @@ def _e(value) -> str:
     return html.escape("" if value is None else str(value), quote=True)
 
 
-def _svg(title: str, body: List[str], xlabel: str, ylabel: str) -> str:
+def _svg(title: str, body: list[str], xlabel: str, ylabel: str) -> str:
     return "".join([
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" '
         f'font-family="sans-serif" font-size="11">',
@@ -36,7 +36,7 @@ def _svg(title: str, body: List[str], xlabel: str, ylabel: str) -> str:
         *body, "</svg>"])
 
 
-def _y_axis(ymax: float) -> Tuple[List[str], callable]:
+def _y_axis(ymax: float) -> tuple[list[str], callable]:
     top, bottom = MT, H - MB
 
     def y(v):
@@ -49,8 +49,8 @@ def _y_axis(ymax: float) -> Tuple[List[str], callable]:
     return parts, y
 
 
-def bar_chart(title: str, labels: Sequence[str], series: Dict[str, Sequence[Optional[float]]], xlabel: str,
-              ylabel: str, ymax: Optional[float] = None) -> str:
+def bar_chart(title: str, labels: Sequence[str], series: dict[str, Sequence[float | None]], xlabel: str,
+              ylabel: str, ymax: float | None = None) -> str:
     values = [v for vals in series.values() for v in vals if v is not None]
     ymax = ymax or (max(values) * 1.1 if values and max(values) > 0 else 1.0)
     parts, y = _y_axis(ymax)
@@ -72,7 +72,7 @@ def bar_chart(title: str, labels: Sequence[str], series: Dict[str, Sequence[Opti
     return _svg(title, parts, xlabel, ylabel)
 
 
-def _legend(names: List[str]) -> List[str]:
+def _legend(names: list[str]) -> list[str]:
     out = []
     for i, name in enumerate(names):
         x = W - MR - 150
@@ -81,7 +81,7 @@ def _legend(names: List[str]) -> List[str]:
     return out
 
 
-def line_chart(title: str, series: Dict[str, Sequence[Optional[float]]], xlabel: str, ylabel: str) -> str:
+def line_chart(title: str, series: dict[str, Sequence[float | None]], xlabel: str, ylabel: str) -> str:
     values = [v for vals in series.values() for v in vals if v is not None]
     ymax = max(values) * 1.1 if values and max(values) > 0 else 1.0
     parts, y = _y_axis(ymax)
@@ -90,12 +90,12 @@ def line_chart(title: str, series: Dict[str, Sequence[Optional[float]]], xlabel:
 
     def x(i):
         return ML + (span * i / (longest - 1) if longest > 1 else span / 2)
-    for si, (name, vals) in enumerate(series.items()):
+    for si, (_name, vals) in enumerate(series.items()):
         colour = COLOURS[si % len(COLOURS)]
         points = [(x(i), y(v)) for i, v in enumerate(vals) if v is not None]
         if len(points) > 1:
-            parts.append('<polyline fill="none" stroke="%s" stroke-width="2" points="%s"/>'
-                         % (colour, " ".join(f"{px:.1f},{py:.1f}" for px, py in points)))
+            coords = " ".join(f"{px:.1f},{py:.1f}" for px, py in points)
+            parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="{coords}"/>')
         for px, py in points:
             parts.append(f'<circle cx="{px:.1f}" cy="{py:.1f}" r="3" fill="{colour}"/>')
     for i in range(longest):
@@ -111,7 +111,7 @@ def _img(svg: str, alt: str, plot_id: str) -> str:
             f'src="data:image/svg+xml;base64,{data}">')
 
 
-def plots(report: dict) -> List[Tuple[str, str, str]]:
+def plots(report: dict) -> list[tuple[str, str, str]]:
     """(id, alt, svg) for each plot the report's acceptance data supports."""
     ranks = [r for r in report["ranks"] if r.get("acceptance")]
     if not ranks:
@@ -140,7 +140,7 @@ def plots(report: dict) -> List[Tuple[str, str, str]]:
     return out
 
 
-def _values_section(values: dict) -> List[str]:
+def _values_section(values: dict) -> list[str]:
     """Fingerprints per rank and slot, the ranks compared, and RMS per slot per rank over the samples logged."""
     rows = values.get("fingerprints") or []
     if not rows:
@@ -189,7 +189,7 @@ SCRIPT = f"window.addEventListener('load',function(){{{CHECK_SCRIPT}}});"
 SCRIPT_SRC = "'sha256-" + base64.b64encode(hashlib.sha256(SCRIPT.encode("utf-8")).digest()).decode("ascii") + "'"
 
 
-def _input_section(stats: Optional[dict]) -> str:
+def _input_section(stats: dict | None) -> str:
     """Lines read and skipped, and why; the first skipped lines with file:line."""
     if not stats:
         return ""
@@ -226,7 +226,7 @@ def _training_section(training: dict) -> list:
     return out
 
 
-def _nodes_section(nodes: Optional[dict], notes: List[str]) -> List[str]:
+def _nodes_section(nodes: dict | None, notes: list[str]) -> list[str]:
     """Ranks by node and what differs across nodes (summarize/nodes.py), when the logs hold several nodes."""
     if not nodes or (len(nodes["nodes"]) < 2 and not notes):
         return []

@@ -9,7 +9,7 @@ other output are listed with file:line, so that a damaged log can be found.
 import json
 import os
 from collections import Counter
-from typing import Iterable, Iterator, Optional
+from collections.abc import Iterable, Iterator
 
 from .fields import field_problem
 
@@ -40,7 +40,7 @@ def log_files(paths: Iterable[str]) -> Iterator[str]:
                 yield full
 
 
-def _lines(handle) -> Iterator[Optional[bytes]]:
+def _lines(handle) -> Iterator[bytes | None]:
     """The stream's lines (bytes, or str from a text stream); None for a line over MAX_LINE_BYTES."""
     while True:
         line = handle.readline(MAX_LINE_BYTES + 1)

@@ -12,7 +12,6 @@ time; the times shown are each node's own.
 
 from collections import defaultdict
 from datetime import datetime
-from typing import List, Optional
 
 from ... import events as names
 
@@ -20,7 +19,7 @@ CLOCK_SKEW_TOLERANCE_S = 30.0
 BACKWARDS_TOLERANCE_S = 1.0
 
 
-def _time(text) -> Optional[float]:
+def _time(text) -> float | None:
     if not isinstance(text, str):
         return None
     try:
@@ -45,7 +44,7 @@ def describe_input(path: str, events: list, stats: dict) -> dict:
             "first_started": min(times) if times else None, "backwards": _backwards(events)}
 
 
-def _backwards(events) -> Optional[dict]:
+def _backwards(events) -> dict | None:
     """The largest step back in time within one process's lines (in file order), if over the tolerance."""
     last, worst = {}, None
     for e in events:
@@ -65,7 +64,7 @@ def _name(entry: dict) -> str:
     return f"{entry['path']} (node_rank {nodes}{host})"
 
 
-def launch_mismatch(inputs: List[dict]) -> Optional[str]:
+def launch_mismatch(inputs: list[dict]) -> str | None:
     """A message when the inputs hold more than one launch, naming each input's and the arguments that differ."""
     ids = {i for entry in inputs for i in entry["launches"]}
     if len(ids) < 2:
@@ -85,7 +84,7 @@ def launch_mismatch(inputs: List[dict]) -> Optional[str]:
     return "\n".join(lines)
 
 
-def notices(inputs: List[dict]) -> List[str]:
+def notices(inputs: list[dict]) -> list[str]:
     """Messages about single nodes: no events, no launch recorded, a skewed clock, nodes the launch has but the
     inputs lack. The rest is summarised all the same."""
     out = []
@@ -120,7 +119,7 @@ def notices(inputs: List[dict]) -> List[str]:
     return out
 
 
-def nodes_section(ranks: list, inputs: List[dict]) -> dict:
+def nodes_section(ranks: list, inputs: list[dict]) -> dict:
     """Ranks by node and what is compared across nodes: release, rules, capture layers, draft, acceptance."""
     by_node = defaultdict(list)
     for rank in ranks:
@@ -155,7 +154,7 @@ def _compared(members) -> dict:
     }
 
 
-def _differences(rows) -> List[str]:
+def _differences(rows) -> list[str]:
     out = []
     for key in rows[0]["compared"]:
         values = {row["node_rank"]: row["compared"][key] for row in rows}
@@ -168,7 +167,7 @@ def _differences(rows) -> List[str]:
     return out
 
 
-def render_nodes_text(section: dict, notes: List[str]) -> List[str]:
+def render_nodes_text(section: dict, notes: list[str]) -> list[str]:
     out = []
     if len(section["nodes"]) > 1 or notes:
         out.append(f"== nodes: {len(section['nodes'])}")

@@ -3,7 +3,6 @@ cumulative), each slice's per-position acceptance, the per-request accept-length
 than the rest beyond chance (analysis.slices, recomputed here from the counts), as acceptance_slice_low findings
 where the running probe did not already log one."""
 
-from typing import List
 
 from ... import events as names
 from ...analysis import findings as F
@@ -108,7 +107,7 @@ def dp_rank_slices(last: dict) -> tuple:
         if place not in chosen or str(key[0]) < str(chosen[place][0][0]):
             chosen[place] = (key, event)
     buckets, positions = {}, 0
-    for place, (key, event) in chosen.items():
+    for place, (_key, event) in chosen.items():
         counts = [c for c in event["slices"]["step"].values() if S._sane(c)]
         width = max((len(c["accepted"]) for c in counts), default=0)
         positions = max(positions, width)
@@ -134,7 +133,7 @@ def _add_dp_ranks(section: dict, last: dict):
             "dp_rank": key[2], "pid": key[3], "timestamp": last[key].get("timestamp"), "event": names.FINDING})
 
 
-def _slice_lines(row: dict, with_lengths: bool = False) -> List[str]:
+def _slice_lines(row: dict, with_lengths: bool = False) -> list[str]:
     out = []
     for dimension, buckets in row["slices"].items():
         cells = []
@@ -153,7 +152,7 @@ def _slice_lines(row: dict, with_lengths: bool = False) -> List[str]:
     return out
 
 
-def render_slices_text(section: dict) -> List[str]:
+def render_slices_text(section: dict) -> list[str]:
     if not section["ranks"] and not section.get("servers"):
         return []
     out = ["", "Acceptance by slice (per draft position: accepted / request-steps):"]

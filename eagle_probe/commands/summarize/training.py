@@ -9,7 +9,6 @@ came back clean is derived from the events present; a check the logs hold no evi
 
 import math
 import os
-from typing import List, Optional, Tuple
 
 from ... import events as names
 from ...analysis import findings as F
@@ -30,7 +29,7 @@ VALUE_CODES = (F.AUX_NONFINITE, F.AUX_SLOTS_IDENTICAL, F.AUX_VALUE_MISMATCH, F.V
 TP_CODES = (F.TP_RANK_DIVERGENCE,)
 
 
-def _accuracy_list(value) -> Optional[list]:
+def _accuracy_list(value) -> list | None:
     """A logged accuracy (a number or a list of numbers in (0, 1]) as a list, or None when it is not one."""
     values = value if isinstance(value, list) else [value]
     if not values or len(values) > 64:
@@ -41,7 +40,7 @@ def _accuracy_list(value) -> Optional[list]:
     return [float(v) for v in values]
 
 
-def find_accuracy(events, option) -> Tuple[object, str]:
+def find_accuracy(events, option) -> tuple[object, str]:
     """(accuracy, where it came from); (None, why not) when nothing gives one."""
     if option is not None:
         return option, "--draft-accuracy"
@@ -77,7 +76,7 @@ def _by_event(events, name):
     return [e for e in events if e.get("event") == name]
 
 
-def _status(found: set, codes, clean_detail: Optional[str], missing: str) -> dict:
+def _status(found: set, codes, clean_detail: str | None, missing: str) -> dict:
     problems = sorted(found & set(codes))
     if problems:
         return {"status": "problem", "detail": "findings " + ", ".join(problems)}
@@ -185,7 +184,7 @@ def _tp(events, found, report) -> dict:
                    "rank, with fingerprints on")
 
 
-def checks(events, report, found: set) -> List[dict]:
+def checks(events, report, found: set) -> list[dict]:
     out = []
     for name, result in (("layers", _layers(events, found)), ("shapes", _shapes(events, found)),
                          ("widths", _widths(events, found)), ("vocabulary map", _vocab(events, found)),
@@ -194,7 +193,7 @@ def checks(events, report, found: set) -> List[dict]:
     return out
 
 
-def next_steps(events, check_rows) -> List[str]:
+def next_steps(events, check_rows) -> list[str]:
     """The commands to run next, in order: doctor when the vocabulary was not checked, dumps when there are none,
     then replay, parity and consistency on them."""
     steps = []
@@ -216,7 +215,7 @@ def next_steps(events, check_rows) -> List[str]:
     return steps
 
 
-def _mean_length(acc: dict) -> Optional[float]:
+def _mean_length(acc: dict) -> float | None:
     return acc.get("mean_accept_length")
 
 
@@ -271,7 +270,7 @@ def report_rank(report, row) -> dict:
     return {}
 
 
-def render_training_text(section: dict) -> List[str]:
+def render_training_text(section: dict) -> list[str]:
     if section["accuracy"] is None:
         return []
     out = ["", f"Acceptance against training ({section['accuracy_source']}):"]

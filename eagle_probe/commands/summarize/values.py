@@ -7,7 +7,6 @@ tokens and are not compared.
 """
 
 from collections import defaultdict
-from typing import Dict, List
 
 from ...analysis.findings import tp_rank_divergence_finding
 from ...analysis.fingerprints import rank_disagreement
@@ -18,15 +17,15 @@ PLAIN_TP = ("plain tensor parallelism: these ranks replicate the hidden states a
             "must hold the same aux states for the same tokens.")
 
 
-def fingerprint_events(events) -> List[dict]:
+def fingerprint_events(events) -> list[dict]:
     """The fingerprint events complete enough to tabulate (a line may lack fields: it passed the type checks)."""
     needed = ("role", "slot", "rms", "absmax")
     return [e for e in events if e.get("event") == AUX_FINGERPRINT and all(e.get(k) is not None for k in needed)]
 
 
-def fingerprint_table(prints) -> List[dict]:
+def fingerprint_table(prints) -> list[dict]:
     """One row per (tp_rank, role, slot): samples logged, rms (last, min, max), largest absmax, non-finite total."""
-    rows: Dict[tuple, dict] = {}
+    rows: dict[tuple, dict] = {}
     for e in prints:
         key = (e.get("tp_rank"), e.get("role"), e.get("slot"))
         row = rows.get(key)
@@ -68,7 +67,7 @@ def divergence(prints) -> dict:
     if len(dp_ranks) > 1:
         skipped.add("ranks of different dp_rank (attention data parallelism) hold different tokens: compared only "
                     "within one dp_rank")
-    for (pp, dp, role, step, slot), by_rank in sorted(groups.items(), key=lambda kv: str(kv[0])):
+    for (_pp, _dp, role, step, slot), by_rank in sorted(groups.items(), key=lambda kv: str(kv[0])):
         if len(by_rank) < 2:
             continue
         if len({e.get("tokens") for e in by_rank.values()}) > 1:
@@ -95,7 +94,7 @@ def values_section(events) -> dict:
                           "message": f.message, "evidence": f.evidence_dict()} for f in result["findings"]]}
 
 
-def render_values_text(section: dict) -> List[str]:
+def render_values_text(section: dict) -> list[str]:
     if not section["fingerprints"]:
         return []
     lines = ["", "Hidden-state values (sampled fingerprints):",

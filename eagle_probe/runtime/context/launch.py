@@ -6,7 +6,6 @@ Node rank, host and ports differ per node and are left out."""
 import hashlib
 import json
 import sys
-from typing import Optional
 
 from . import sglang_context
 
@@ -31,7 +30,7 @@ def _plain(value):
     return value if isinstance(value, (str, int, float, bool)) or value is None else str(value)
 
 
-def launch_of(server_args, host: str = "") -> Optional[dict]:
+def launch_of(server_args, host: str = "") -> dict | None:
     """{"id": 12 hex digits, "args": {name: value}, "tp_group": ...}; None without server args."""
     if server_args is None:
         return None
@@ -50,7 +49,7 @@ def tp_group(launch_id: str, nnodes, host: str, port) -> str:
     return f"{host}:{port}"
 
 
-def read_launch() -> Optional[dict]:
+def read_launch() -> dict | None:
     from .ranks import host
 
     return launch_of(_server_args(), host())

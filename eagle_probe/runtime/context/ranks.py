@@ -14,7 +14,6 @@ at its next observation.
 
 import socket
 import sys
-from typing import Optional
 
 from ...observations import Ranks
 from . import sglang_context
@@ -66,7 +65,7 @@ def process_reader(parallel):
     return read
 
 
-def ranks_of(parallel) -> Optional[Ranks]:
+def ranks_of(parallel) -> Ranks | None:
     """Ranks from a runtime_context ParallelContext (None: not published yet, or hidden by an override)."""
     if parallel is None:
         return None
@@ -92,7 +91,7 @@ def ranks_of(parallel) -> Optional[Ranks]:
     return Ranks(tp_rank=_int_or_none(tp_rank), host=host(), **values)
 
 
-def _from_runtime_context() -> Optional[Ranks]:
+def _from_runtime_context() -> Ranks | None:
     return ranks_of(sglang_context.parallel())
 
 
@@ -104,7 +103,7 @@ def _node_rank_058():
         return None, None
 
 
-def _from_parallel_state() -> Optional[Ranks]:
+def _from_parallel_state() -> Ranks | None:
     module = sys.modules.get(PARALLEL_STATE)
     if module is None:
         return None
@@ -135,5 +134,5 @@ def _from_parallel_state() -> Optional[Ranks]:
                  node_rank=node_rank, nnodes=nnodes, host=host(), **extra)
 
 
-def read_ranks() -> Optional[Ranks]:
+def read_ranks() -> Ranks | None:
     return _from_runtime_context() or _from_parallel_state()

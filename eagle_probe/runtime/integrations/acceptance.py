@@ -18,10 +18,10 @@ output's token tensor.
 from time import time as _now
 
 from ... import versions
-from ..context import sglang_context
 from ...observations import VerifyStep
-from ..state import STATE
+from ..context import sglang_context
 from ..patcher import Integration, PatchTarget
+from ..state import STATE
 from ..values.verify_dumps import V1, V2
 
 _fields = {}  # dotted target -> field name for the installed release (resolved once)
@@ -90,11 +90,11 @@ def _any_ended(reqs) -> bool:
     """Whether a request of the step had finished (or was retracted, once a retraction was seen). A plain loop: its
     specialised attribute reads cost half of any(map(attrgetter(...), reqs)) at a batch of 128."""
     if _retractions[0]:
-        for req in reqs:
+        for req in reqs:  # noqa: SIM110  (the hot path: a plain loop, no generator)
             if req.finished_reason is not None or req.is_retracted:
                 return True
         return False
-    for req in reqs:
+    for req in reqs:  # noqa: SIM110
         if req.finished_reason is not None:  # the body of Req.finished()
             return True
     return False

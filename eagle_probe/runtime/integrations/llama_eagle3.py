@@ -9,14 +9,15 @@ the tensors their loaders drop silently).
 import weakref
 
 from ...observations import DraftForward
-from ..state import STATE
-from ..patcher import Integration, PatchTarget
+from ..context.graph_capture import is_capturing
 from ..parts.draft import SELF_FED_DRAFT_MODES
 from ..parts.forwards import draft_count_key
+from ..patcher import Integration, PatchTarget
+from ..state import STATE
 from ..values.boundary import inner_values_on
 from ..values.sampler import SampleContext, deliver_ready, draft_input_slots, real_tokens, sampled_mode
-from ..context.graph_capture import is_capturing
-from .draft_load import load_weights_wrapper_for, width as _width
+from .draft_load import load_weights_wrapper_for
+from .draft_load import width as _width
 
 LLAMA_EAGLE3 = "sglang.srt.models.llama_eagle3"
 KIMI_EAGLE3 = "sglang.srt.models.kimi_k25_eagle3"

@@ -5,8 +5,8 @@ this process means an EAGLE worker hands it the target's aux states: values are 
 import weakref
 
 from ..context.roles import DRAFT, TARGET, register_model
-from ..state import STATE
 from ..patcher import PATCHER, Integration, PatchTarget
+from ..state import STATE
 from ..values import boundary
 from .target_forward import forget_static_facts
 

@@ -3,8 +3,8 @@ eagle_probe.acceptance event per summary interval, and the collapse judgement on
 they hold enough request-steps (a quiet interval is carried into the next)."""
 
 from ...analysis import sampled_traffic
-from ...analysis.slices import SAMPLING
 from ...analysis.acceptance import AcceptanceWindow, expected_per_position_rate
+from ...analysis.slices import SAMPLING
 from ...events import ACCEPTANCE
 from ..acceptance_monitor import AcceptanceMonitor
 from .base import Part

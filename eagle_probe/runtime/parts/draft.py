@@ -5,8 +5,8 @@ from ...analysis import draft_config_keys, draft_ids, draft_rules
 from ...analysis import findings as rules_mod
 from ...analysis.layers import apply_capture_rule, parse_trained_layers
 from ...analysis.vocab_map import load_findings
-from ...families import UNVERIFIED
 from ...events import DRAFT_FORWARD, DRAFT_LOADED
+from ...families import UNVERIFIED
 from .base import Part
 
 # Multi-step draft DECODE feeds the draft its own hidden state, which skips fc by design; only target-fed

@@ -12,7 +12,6 @@ the probe's exporter (EAGLE_PROBE_METRICS_PORT) serves its own registry only, on
 """
 
 import os
-from typing import Optional
 
 SGLANG = "sglang"  # SGLang's /metrics on this node serves the probe's series
 EXPORTER = "exporter"  # the probe's own exporter (its own registry: the probe's series only)
@@ -21,7 +20,7 @@ UNSERVED = "none"  # nothing serves them (no --enable-metrics and no EAGLE_PROBE
 BLOCK_CHILDREN_ENV = "SGLANG_BLOCK_NONZERO_RANK_CHILDREN"
 
 
-def sglang_serves_node(node_rank: Optional[int], other_nodes_serve_metrics: bool, env=None) -> bool:
+def sglang_serves_node(node_rank: int | None, other_nodes_serve_metrics: bool, env=None) -> bool:
     """Whether SGLang's /metrics on this process's node serves the multiprocess directory (given metrics on)."""
     env = os.environ if env is None else env
     if not node_rank:  # node 0, or not known (a single-node launch)
@@ -29,13 +28,13 @@ def sglang_serves_node(node_rank: Optional[int], other_nodes_serve_metrics: bool
     return other_nodes_serve_metrics and env.get(BLOCK_CHILDREN_ENV, "1") != "0"
 
 
-def series_endpoint(multiprocess: bool, metrics_port: Optional[int], node_served: bool) -> str:
+def series_endpoint(multiprocess: bool, metrics_port: int | None, node_served: bool) -> str:
     if multiprocess and node_served:
         return SGLANG
     return EXPORTER if metrics_port is not None else UNSERVED
 
 
-def describe(endpoint: str, node_rank: Optional[int], port: Optional[int]) -> str:
+def describe(endpoint: str, node_rank: int | None, port: int | None) -> str:
     if endpoint == SGLANG:
         where = "its HTTP server" if not node_rank else "the health server on its --port"
         return f"SGLang's /metrics on node_rank {node_rank or 0} ({where})"

@@ -8,7 +8,6 @@ import logging
 import os
 import socket
 import sys
-from typing import Optional
 
 import structlog
 
@@ -27,7 +26,7 @@ def _host() -> str:
 
 
 class LogSink:
-    def __init__(self, level: str = "info", log_dir: Optional[str] = None, stream=None):
+    def __init__(self, level: str = "info", log_dir: str | None = None, stream=None):
         self._level = level
         self._log_dir = None if stream is not None else log_dir
         self._stream = stream
@@ -41,7 +40,8 @@ class LogSink:
         if stream is None and self._log_dir:
             os.makedirs(self._log_dir, exist_ok=True)
             self.path = log_file_path(self._log_dir)
-            stream = open(self.path, "a", buffering=1, encoding="utf-8")  # line-buffered: whole lines
+            # line-buffered: whole lines; open for the process's life (closed at exit)
+            stream = open(self.path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115
         self._logger = structlog.wrap_logger(
             structlog.PrintLogger(stream if stream is not None else sys.stderr),
             wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[self._level]),

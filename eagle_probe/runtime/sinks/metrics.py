@@ -5,20 +5,19 @@ PROMETHEUS_MULTIPROC_DIR only during start-up, so nothing here imports it at mod
 """
 
 import os
-from typing import Optional
 
 from ...analysis.findings import Finding
 from ...observations import RANK_LABELS, Ranks, TargetForward
 from ..values.dumps import STOP_REASONS
 from . import endpoint
-from .endpoint import series_endpoint
 from .depth_metrics import add_depth_counts
+from .endpoint import series_endpoint
 from .histograms import observe_many
 from .multiprocess import GAUGE_MULTIPROCESS_MODE, mark_self_dead, remove_dead_process_gauges
 
 
 class MetricsSink:
-    def __init__(self, ranks: Ranks, metrics_port: Optional[int] = None, registry=None, addr: str = "127.0.0.1",
+    def __init__(self, ranks: Ranks, metrics_port: int | None = None, registry=None, addr: str = "127.0.0.1",
                  node_served: bool = True):
         """node_served: SGLang's /metrics on this node serves the multiprocess directory (sinks/endpoint.py)."""
         import prometheus_client as prom

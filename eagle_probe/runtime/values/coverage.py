@@ -14,8 +14,8 @@ sampled step, makes one call with that reading. Nothing is counted on the hot pa
 """
 
 from collections import deque
+from collections.abc import Sequence
 from threading import Lock
-from typing import Optional, Sequence, Tuple
 
 SLOTS = 64  # device counts on their way at most; a sample finding them all busy is skipped
 MAX_QUEUED = 4096  # sampled steps held uncounted at most (the flush thread counts them every second): the oldest go
@@ -25,7 +25,7 @@ class VocabCoverage:
     def __init__(self, interval_s: float):
         self.interval = interval_s
         self.next_due = float("inf")  # nothing is sampled until the draft's vocabulary is known
-        self.table: Optional[bytearray] = None  # 1 per target id the draft can propose; None: every id
+        self.table: bytearray | None = None  # 1 per target id the draft can propose; None: every id
         self.known = False
         self.in_vocab = 0  # counted so far (on the flush thread)
         self.total = 0
@@ -35,7 +35,7 @@ class VocabCoverage:
         self._device = {}  # device -> (mask, device counts, host counts, free slots)
         self._counting = Lock()  # the flush thread and a periodic tick on the hot path may count at once
 
-    def set_vocabulary(self, hot_ids: Optional[Sequence[int]], table: Optional[bytearray]) -> None:
+    def set_vocabulary(self, hot_ids: Sequence[int] | None, table: bytearray | None) -> None:
         """The draft's hot ids (None: its vocabulary is the target's); sampling starts."""
         self.table = None if hot_ids is None else table
         self._device.clear()
@@ -88,7 +88,7 @@ class VocabCoverage:
         host = torch.zeros(SLOTS, dtype=torch.int64, pin_memory=cuda)
         return mask, counts, host, list(range(SLOTS))
 
-    def count(self) -> Tuple[int, int]:
+    def count(self) -> tuple[int, int]:
         """Count what was queued (the flush thread; also at exit); (in the vocabulary, all) so far."""
         with self._counting:
             self._count()

@@ -2,13 +2,22 @@
 metadata. Decided from counts that are equal on every rank, never from whether this rank's writer still runs
 (all-layer taps must stay matched across ranks); the rank's writer then gets the job or not."""
 
-from ...dump_format import (AUX, EXTEND_MODE, FINAL, INPUT_IDS, LAYER_PREFIX, POSITIONS, PREFIX_LENS, SEQ_LENS,
-                            VERIFY_MODE)
+from ...dump_format import (
+    AUX,
+    EXTEND_MODE,
+    FINAL,
+    INPUT_IDS,
+    LAYER_PREFIX,
+    POSITIONS,
+    PREFIX_LENS,
+    SEQ_LENS,
+    VERIFY_MODE,
+)
 from .boundary import FORWARD, dump_metadata
 from .dumps import DumpJob
-from .verify_dumps import VerifyDumpJob, unmatched_verify
 from .layer_taps import tap_layers
 from .sampler import packed_aux, real_tokens
+from .verify_dumps import VerifyDumpJob, unmatched_verify
 
 
 class DumpPlan:

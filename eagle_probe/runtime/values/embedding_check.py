@@ -9,7 +9,6 @@ whole table), relative difference sum((x - y)^2) / (sum(x^2) + sum(y^2)). No dev
 import json
 import os
 import sys
-from typing import Optional, Tuple
 
 from ..context import sglang_context
 
@@ -17,7 +16,7 @@ EMBED_NAMES = ("model.embed_tokens.weight", "embed_tokens.weight")
 SAMPLED_ROWS = 256
 
 
-def target_model_path() -> Optional[str]:
+def target_model_path() -> str | None:
     """The served target's checkpoint directory (ServerArgs.model_path; the draft's is another field), from SGLang's
     published runtime context, or its global server args before 0.5.14 (None if neither is published)."""
     args = sglang_context.server_args()
@@ -32,7 +31,7 @@ def target_model_path() -> Optional[str]:
     return path if isinstance(path, str) else None
 
 
-def _embedding_file(directory: str) -> Tuple[Optional[str], Optional[str]]:
+def _embedding_file(directory: str) -> tuple[str | None, str | None]:
     """(file, tensor name) holding the target's embedding in a local safetensors checkpoint."""
     index = os.path.join(directory, "model.safetensors.index.json")
     if os.path.isfile(index):
@@ -54,7 +53,7 @@ def _embedding_file(directory: str) -> Tuple[Optional[str], Optional[str]]:
     return None, None
 
 
-def compare_with_target(draft_embedding) -> Tuple[Optional[float], str]:
+def compare_with_target(draft_embedding) -> tuple[float | None, str]:
     """(relative difference over sampled rows, or None when no comparison was possible, and why)."""
     if draft_embedding.device.type != "cpu":
         return None, "the loader gave the draft's embedding on the device; not compared (no device read at load)"

@@ -9,10 +9,9 @@ once their copy is done and hands them to the recorder (on the forward's thread 
 
 import threading
 import time
-from typing import NamedTuple, Optional, Tuple
+from typing import NamedTuple
 
 from .fingerprint import Fingerprinter
-
 
 # Rows a fingerprint reduces at most: the reductions' temporaries on the device are a few times rows x slots x width
 # float32 values (3 x 7168 channels: 22 MB each at 256 rows, where a whole 8192-token prefill chunk would take 704 MB
@@ -27,9 +26,9 @@ class SampleContext(NamedTuple):
     mode: str
     step: int
     tokens: int
-    capture_indices: Tuple[Optional[int], ...]  # per slot; None where unknown (the draft's input)
-    widths: Tuple[int, ...]  # per slot
-    num_layers: Optional[int]
+    capture_indices: tuple[int | None, ...]  # per slot; None where unknown (the draft's input)
+    widths: tuple[int, ...]  # per slot
+    num_layers: int | None
     wall: float  # time.time() of the sampled forward
     source: str = "forward"  # where they were read: "forward" (the inner model's) or "worker" (values/boundary.py)
 
@@ -44,7 +43,7 @@ class FingerprintSampler:
         self.inline = True  # read on the forward's thread (until a flush thread runs: Values.flush_thread_started)
         self._reading = threading.Lock()  # the flush thread and the final flush may read at once
 
-    def due(self, role: str) -> Optional[float]:
+    def due(self, role: str) -> float | None:
         """The wall time when this role's next forward should be sampled now, else None."""
         now = self._clock()
         cell = self.due_cell(role)

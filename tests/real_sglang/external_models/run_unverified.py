@@ -16,6 +16,7 @@ import eagle_probe  # noqa: E402
 assert eagle_probe.install(env={"EAGLE_PROBE_LOG_DIR": sys.argv[1], "EAGLE_PROBE_FINGERPRINT_INTERVAL_S": "1e-9"})
 from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode  # noqa: E402
 from sglang.srt.models.registry import ModelRegistry  # noqa: E402
+
 from sglang_cpu.runtime import TinyBatchRunner  # noqa: E402
 from sglang_cpu.target_families import build_target, hf_hidden_states  # noqa: E402
 
