@@ -1,8 +1,11 @@
 """What every part of the recorder writes through: log lines, metric calls, findings (each once) and the probe's own
 errors (counted, logged once per site). A failing sink is counted and never stops another sink or SGLang."""
 
+from collections.abc import Callable
+
 from ..analysis.findings import Finding
 from ..events import FINDING, INTERNAL_ERROR
+from .sinks.metrics import MetricsSink
 
 
 class Outputs:
@@ -22,14 +25,16 @@ class Outputs:
         except Exception as exc:
             self.internal_error("logs.emit", exc)
 
-    def metric(self, method: str, *args) -> bool:
-        """Whether the sink took it (a failure is counted under metrics.METHOD)."""
-        if self.metrics is None:
+    def metric(self, method: Callable[..., None], *args) -> bool:
+        """Call one of the sink's methods, named as itself (MetricsSink.add_verify_counts) so that a count can be
+        followed from its hook to its series. Whether the sink took it (a failure is counted under metrics.NAME)."""
+        metrics = self.metrics
+        if metrics is None:
             return False
         try:
-            getattr(self.metrics, method)(*args)
+            method(metrics, *args)
         except Exception as exc:
-            self.internal_error(f"metrics.{method}", exc)
+            self.internal_error(f"metrics.{method.__name__}", exc)
             return False
         return True
 
@@ -43,7 +48,7 @@ class Outputs:
         level = finding.severity if finding.severity in ("error", "warning", "info") else "warning"
         self.emit(level, FINDING, code=finding.code, severity=finding.severity, role=role, message=finding.message,
                   evidence=finding.evidence_dict())
-        self.metric("finding", finding, role)
+        self.metric(MetricsSink.finding, finding, role)
 
     def seen_codes(self):
         return sorted({code for code, _, _ in self._seen_findings})

@@ -17,7 +17,14 @@ from ..observations import Ranks
 from ..versions import SUPPORTED_RANGE_TEXT, VersionRules
 from .outputs import Outputs
 from .parts import PARTS
+from .parts.acceptance import Acceptance
+from .parts.coverage import Coverage
+from .parts.dumps import Dumps
+from .parts.forwards import Forwards
+from .parts.slices import Slices
+from .parts.values import Values
 from .periodic import Periodic
+from .sinks.metrics import MetricsSink
 
 
 class Recorder:
@@ -49,9 +56,22 @@ class Recorder:
         for part in self.parts:
             for kind in part.kinds:
                 self._routes.setdefault(kind, []).append(getattr(part, kind))
-            for name, value in part.exports().items():
-                setattr(self, name, value)
         self.verify_handlers = tuple(self._routes.get("verify_step", ()))
+        self._name_parts()
+
+    def _name_parts(self):
+        """What the integrations reach through the recorder, each named here (the hot paths keep these)."""
+        of = {type(part): part for part in self.parts}
+        forwards, dumps = of[Forwards], of[Dumps]
+        self.counts: Forwards = forwards
+        self.draft_repeated = forwards.draft_repeated  # a repeated draft forward's count (the hot path)
+        self.dumps: Dumps = dumps
+        self.dump_planner = dumps.planner
+        self.dump_writer = dumps.writer
+        self.fingerprints = of[Values].sampler
+        self.coverage = of[Coverage].sampler
+        self.acceptance = of[Acceptance].monitor
+        self.slices = of[Slices].counter
 
     @property
     def metrics(self):
@@ -219,7 +239,7 @@ class Recorder:
                       target=target, reason=reason, expected=expected, sglang_version=self.sglang_version,
                       supported=SUPPORTED_RANGE_TEXT, off=off, message=message)
         if self.metrics is not None:
-            self.out.metric("integration_skipped", integration, target)
+            self.out.metric(MetricsSink.integration_skipped, integration, target)
         else:
             self._pending_skips.append((integration, target))
 

@@ -7,6 +7,7 @@ from ...analysis.acceptance import AcceptanceWindow, expected_per_position_rate
 from ...analysis.slices import SAMPLING
 from ...events import ACCEPTANCE
 from ..acceptance_monitor import AcceptanceMonitor
+from ..sinks.metrics import MetricsSink
 from .base import Part
 
 
@@ -19,14 +20,11 @@ class Acceptance(Part):
         self._flushed = self.monitor.snapshot()
         self.verify_step = self.monitor.add  # the router's handler for verify steps: one call per step
 
-    def exports(self) -> dict:
-        return {"acceptance": self.monitor}
-
     def flush(self, metrics):
         monitor = self.monitor
         now = monitor.snapshot()
         added = AcceptanceWindow.from_tally(now.minus(self._flushed))
-        if added.steps and not self.out.metric("add_verify_counts", added, monitor.depth):
+        if added.steps and not self.out.metric(MetricsSink.add_verify_counts, added, monitor.depth):
             return  # refused: sent again at the next flush
         self._flushed = now
 

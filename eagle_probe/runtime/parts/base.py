@@ -1,7 +1,7 @@
 """The shape of one concern of the recorder. A part names the observation kinds it wants (`kinds`, each handled by
-the method of the same name), may publish objects the integrations reach through the recorder (`exports`), and
-may take part in the periodic work: `flush` (counts into the Prometheus series), `tick` (periodic events),
-`close` (at exit). It owns its state and its rules; it talks to the world only through `self.out`."""
+the method of the same name), and may take part in the periodic work: `flush` (counts into the Prometheus series),
+`tick` (periodic events), `close` (at exit). It owns its state and its rules; it talks to the world only through
+`self.out`. What the integrations reach of a part is an attribute the recorder names (runtime/recorder.py)."""
 
 
 class Part:
@@ -22,10 +22,6 @@ class Part:
         from ... import families, versions
 
         return families.family(name, versions.parse_version(self.recorder.sglang_version or ""))
-
-    def exports(self) -> dict:
-        """Attributes the recorder offers the integrations (e.g. the fingerprint sampler)."""
-        return {}
 
     def flush(self, metrics) -> None:
         """Move what was counted since the last flush into the series (under the recorder's flush lock)."""

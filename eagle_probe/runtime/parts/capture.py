@@ -7,6 +7,7 @@ from ...analysis.layers import capture_label, explain_mapping
 from ...events import CAPTURE_CONFIGURED, TARGET_FORWARD
 from ...families import UNVERIFIED
 from ...versions import format_version, rule_since
+from ..sinks.metrics import MetricsSink
 from .base import Part
 
 
@@ -27,7 +28,7 @@ class CaptureLayers(Part):
         if obs.is_last_pp_stage:
             slots = [(slot, index, index, capture_label(index, obs.num_layers))
                      for slot, index in enumerate(obs.layers_to_capture)]
-            self.out.metric("capture_layers", obs.role, slots)
+            self.out.metric(MetricsSink.capture_layers, obs.role, slots)
         if obs.family_rule == UNVERIFIED:  # no row proves this class's rule: say so, predict nothing
             self.out.finding(rules_mod.capture_unverified_finding(obs), obs.role)
         else:
@@ -42,7 +43,7 @@ class CaptureLayers(Part):
         if self._signatures.get(key) != signature:
             self._signatures[key] = signature
             self._log_forward(obs)
-            self.out.metric("forward_shapes", obs)
+            self.out.metric(MetricsSink.forward_shapes, obs)
             for finding in rules_mod.forward_findings(obs):
                 self.out.finding(finding, obs.role)
             self._remember_layers((obs.role, obs.model_class), obs.capturing, "forward", obs.layers_to_capture,

@@ -6,6 +6,7 @@ the same interval names it among the likely causes."""
 
 from ...analysis import vocab_coverage as rules
 from ...events import VOCAB_COVERAGE
+from ..sinks.metrics import MetricsSink
 from ..values.coverage import VocabCoverage
 from .base import Part
 
@@ -20,9 +21,6 @@ class Coverage(Part):
         self._vocab = None  # DraftVocabulary
         self._flushed = (0, 0)  # (in_vocab, total) sent to the series
         self._window = (0, 0)  # (in_vocab, total) at the last event
-
-    def exports(self) -> dict:
-        return {"coverage": self.sampler}
 
     def draft_vocabulary(self, obs):
         self._vocab = obs
@@ -42,7 +40,7 @@ class Coverage(Part):
             return
         now = self._counts()
         added = (now[0] - self._flushed[0], now[1] - self._flushed[1])
-        if added[1] and not self.out.metric("add_vocab_coverage", added[0], added[1], now[0], now[1]):
+        if added[1] and not self.out.metric(MetricsSink.add_vocab_coverage, added[0], added[1], now[0], now[1]):
             return  # refused: sent again at the next flush
         self._flushed = now
 

@@ -7,6 +7,7 @@ from ...analysis.layers import apply_capture_rule, parse_trained_layers
 from ...analysis.vocab_map import load_findings
 from ...events import DRAFT_FORWARD, DRAFT_LOADED
 from ...families import UNVERIFIED
+from ..sinks.metrics import MetricsSink
 from .base import Part
 
 # Multi-step draft DECODE feeds the draft its own hidden state, which skips fc by design; only target-fed
@@ -59,7 +60,7 @@ class DraftFacts(Part):
                       path=obs.path, aux_width=obs.aux_width, embed_width=obs.embed_width, fc_in=obs.fc_in,
                       fc_ran=obs.fc_ran, num_aux=obs.num_aux, target_hidden_size=obs.target_hidden_size,
                       tokens=obs.tokens, error=obs.error)
-        self.out.metric("draft_shapes", obs)
+        self.out.metric(MetricsSink.draft_shapes, obs)
         if obs.aux_width is not None and obs.mode not in SELF_FED_DRAFT_MODES:
             for finding in draft_rules.draft_input_findings(
                     model_class=obs.model_class, mode=obs.mode, aux_width=obs.aux_width,

@@ -3,6 +3,7 @@ stop for good in a process with one event; the server goes on."""
 
 from ...events import DUMP_STOPPED, DUMP_WRITTEN
 from ...versions import LAYER_CAPTURE_KWARG
+from ..sinks.metrics import MetricsSink
 from ..values import boundary
 from ..values.dump_plan import DumpPlanner
 from ..values.dumps import STOP_REASONS, DumpWriter
@@ -29,9 +30,6 @@ class Dumps(Part):
             self.writer = DumpWriter(config.dump_dir, int(config.dump_max_mb * 1024 * 1024), self.written,
                                      self.stopped, on_error=lambda exc: self.out.internal_error("dumps.write", exc))
 
-    def exports(self) -> dict:
-        return {"dumps": self, "dump_planner": self.planner, "dump_writer": self.writer}
-
     def inner_dumps(self) -> bool:
         """Whether the inner forward wrapper dumps (all-layer dumps, or values not taken at the worker)."""
         return self.planner is not None and (self.worker_planner is None or boundary.inner_values_on())
@@ -43,17 +41,17 @@ class Dumps(Part):
     def written(self, path: str, nbytes: int):
         """From the writer's thread: one file is complete."""
         self.out.emit("info", DUMP_WRITTEN, path=path, bytes=nbytes)
-        self.out.metric("dump_written", nbytes)
+        self.out.metric(MetricsSink.dump_written, nbytes)
 
     def stopped(self, reason: str, error: str):
         """From the writer (or the planner): dumps stop for good in this process."""
         self.out.emit("warning", DUMP_STOPPED, reason=reason, error=error, directory=self.config.dump_dir,
                       message=f"dumps stopped: {STOP_REASONS.get(reason, reason)} ({error}); the server is not "
                               f"affected")
-        self.out.metric("dump_stopped", reason)
+        self.out.metric(MetricsSink.dump_stopped, reason)
 
     def skipped(self, reason: str):
-        self.out.metric("dump_skipped", reason)
+        self.out.metric(MetricsSink.dump_skipped, reason)
 
     def close(self):
         if self.writer is not None:

@@ -2,6 +2,7 @@
 written as the periodic eagle_probe.summary event."""
 
 from ...events import SUMMARY
+from ..sinks.metrics import MetricsSink
 from .base import Part
 
 
@@ -43,9 +44,6 @@ class Forwards(Part):
 
         self.draft_repeated = draft_repeated
 
-    def exports(self) -> dict:
-        return {"draft_repeated": self.draft_repeated, "counts": self}
-
     @property
     def forwards(self) -> dict:
         """(role, mode, path, tbo) -> target forwards so far."""
@@ -81,7 +79,9 @@ class Forwards(Part):
         is not sent (most flushes of a steady server add to one series of each)."""
         now = (self.forwards, dict(self.lost), dict(self.drafts), dict(self.runner))
         sent = []
-        for i, method in enumerate(("add_forwards", "add_lost", "add_draft_forwards", "add_model_forwards")):
+        methods = (MetricsSink.add_forwards, MetricsSink.add_lost, MetricsSink.add_draft_forwards,
+                   MetricsSink.add_model_forwards)
+        for i, method in enumerate(methods):
             added = _added(now[i], self._flushed[i])
             sent.append(now[i] if not added or self.out.metric(method, added) else self._flushed[i])
         self._flushed = tuple(sent)

@@ -23,9 +23,6 @@ class Slices(Part):
         self.verify_step = self.counter.add  # the router's handler for verify steps: one call per step
         self.request_finished = self.counter.add_request  # the HTTP server process: one call per finished request
 
-    def exports(self) -> dict:
-        return {"slices": self.counter}
-
     def flush(self, metrics):
         try:
             self._flush(metrics)

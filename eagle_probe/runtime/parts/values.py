@@ -7,6 +7,7 @@ from ...analysis.layers import capture_label
 from ...config import read_reference
 from ...events import AUX_FINGERPRINT
 from ...observations import AuxFingerprint
+from ..sinks.metrics import MetricsSink
 from ..values.sampler import FingerprintSampler, deliver_ready
 from .base import Part
 
@@ -29,9 +30,6 @@ class Values(Part):
         self._reported = set()  # (code, role, slot or slots) already reported as a finding
         self._reference = read_reference(self.config.reference) if self.config.reference else None
 
-    def exports(self) -> dict:
-        return {"fingerprints": self.sampler}
-
     def flush_thread_started(self):
         if self.sampler is not None:
             self.sampler.inline = False  # read on the flush thread from now on, off the forward's
@@ -47,7 +45,7 @@ class Values(Part):
                                  width, rms, mean, absmax, nonfinite, signature)
                   for slot, (index, width, (rms, mean, absmax, nonfinite, signature))
                   in enumerate(zip(context.capture_indices, context.widths, values))]
-        self.out.metric("aux_fingerprints", prints)
+        self.out.metric(MetricsSink.aux_fingerprints, prints)
         self._log(prints, context)
         for fp in prints:
             if fp.nonfinite and self._first(("nonfinite", fp.role, fp.slot)):
