@@ -82,11 +82,11 @@ def _metric_rows():
     import prometheus_client as prom
 
     from eagle_probe.observations import Ranks
-    from eagle_probe.runtime.sinks import metrics, slice_metrics
+    from eagle_probe.runtime.sinks import metrics
 
     registry = prom.CollectorRegistry()
     sink = metrics.MetricsSink(Ranks(tp_rank=0, pp_rank=0, dp_rank=0), registry=registry)
-    slice_metrics._series(sink)  # the slice series are made on their first flush; make them now
+    sink.slices.make()  # the slice series are made on their first flush; make them now
     rows = []
     for collector in registry._collector_to_names:
         kind = collector._type
@@ -98,7 +98,7 @@ def _metric_rows():
 
 def metrics_page() -> str:
     rows, rank_labels = _metric_rows()
-    out = [GENERATED.format(source="eagle_probe/runtime/sinks/metrics.py and sinks/slice_metrics.py"),
+    out = [GENERATED.format(source="eagle_probe/runtime/sinks/catalogue.py"),
            "# Metrics\n\n",
            "Prefix `eagle_probe_`; counters end in `_total`. Every series also has "
            + ", ".join(f"`{label}`" for label in rank_labels)

@@ -5,6 +5,7 @@ summary interval, with acceptance_slice_low for a slice worse than the rest beyo
 from ...analysis import slices as S
 from ...analysis.traffic import HTTP_SERVER
 from ...events import ACCEPTANCE_SLICES
+from ..sinks.metrics import MetricsSink
 from ..slice_counter import SliceCounter
 from .base import Part
 
@@ -25,13 +26,11 @@ class Slices(Part):
 
     def flush(self, metrics):
         try:
-            self._flush(metrics)
+            self._flush()
         except Exception as exc:  # refused: sent again at the next flush
             self.out.internal_error("metrics.add_slice_counts", exc)
 
-    def _flush(self, metrics):
-        from ..sinks.slice_metrics import add_slice_counts
-
+    def _flush(self):
         steps, retired = self._progress(), self.counter.retired
         if (steps, retired) == self._flushed_steps and not self.counter.retiring():
             return  # nothing to count or retire since the last flush (an event's count may retire: sent here)
@@ -47,8 +46,8 @@ class Slices(Part):
                                                      for k, n in enumerate(accepted)])
         lengths = now["request_accept_length"]
         lengths_delta = {b: n - sent_lengths.get(b, 0) for b, n in lengths.items() if n != sent_lengths.get(b, 0)}
-        if delta or lengths_delta:
-            add_slice_counts(metrics, delta, lengths_delta)
+        if (delta or lengths_delta) and not self.out.metric(MetricsSink.add_slice_counts, delta, lengths_delta):
+            return  # refused (counted under metrics.add_slice_counts): sent again at the next flush
         self._flushed = (slices, lengths)
         self._flushed_steps = (steps, retired)
 

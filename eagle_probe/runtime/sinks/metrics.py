@@ -8,12 +8,16 @@ import os
 
 from ...analysis.findings import Finding
 from ...observations import RANK_LABELS, Ranks, TargetForward
-from ..values.dumps import STOP_REASONS
+from . import catalogue as C
 from . import endpoint
-from .depth_metrics import add_depth_counts
+from .depth_metrics import DepthSeries
 from .endpoint import series_endpoint
 from .histograms import observe_many
-from .multiprocess import GAUGE_MULTIPROCESS_MODE, mark_self_dead, remove_dead_process_gauges
+from .multiprocess import mark_self_dead, remove_dead_process_gauges
+from .series import Series
+from .slice_metrics import SliceSeries
+
+__all__ = ["RANK_LABELS", "MetricsSink"]
 
 
 class MetricsSink:
@@ -24,97 +28,18 @@ class MetricsSink:
 
         self.multiprocess = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
         self.endpoint = series_endpoint(self.multiprocess, metrics_port, node_served)
-        self._rank = ranks.labels()
         self._sizes = ranks.sizes()
         self.port = None
         self.addr = None
         if registry is None and self.endpoint == endpoint.EXPORTER:
             registry = prom.CollectorRegistry()  # the exporter serves the probe's series, never SGLang's
-        kw = {} if registry is None else {"registry": registry}
-        self.registry_kw = kw  # for series other modules add (sinks/slice_metrics.py)
-        self._label_names = {}
-
-        def counter(name, doc, labels):
-            metric = prom.Counter(name, doc, labels + RANK_LABELS, **kw)
-            self._label_names[id(metric)] = labels
-            return metric
-
-        def gauge(name, doc, labels):
-            metric = prom.Gauge(name, doc, labels + RANK_LABELS, multiprocess_mode=GAUGE_MULTIPROCESS_MODE, **kw)
-            self._label_names[id(metric)] = labels
-            return metric
-
-        self.info = gauge("eagle_probe_info", "Probe and SGLang versions in this process, its group widths and "
-                          "attention places, and tp_group: the ranks whose values must agree (a multi-node launch's "
-                          "id, else this server's host:port) (value 1; SGLang's HTTP server process has none).",
-                          ("probe_version", "sglang_version", "rules", "tp_group") + tuple(self._sizes))
-        self.forwards = counter("eagle_probe_target_forwards_total",
-                                "Python-level forwards of the target's inner model (DeepseekV2Model, LlamaModel, ...; "
-                                "eager steps and CUDA-graph capture runs).",
-                                ("role", "mode", "path", "tbo"))
-        self.model_forwards = counter("eagle_probe_model_forwards_total", "ModelRunner.forward calls (target and "
-                                      "draft) on every path, CUDA graphs included, by path (eager, graph_replay, "
-                                      "graph_capture) and the graph runner that replayed it (none when eager).",
-                                      ("role", "mode", "path", "graph"))
-        self.layer_info = gauge("eagle_probe_capture_layer_info",
-                                "Configured aux capture slots (1 = current, 0 = replaced).",
-                                ("role", "slot", "capture_index", "hf_index", "label"))
-        self.aux_width = gauge("eagle_probe_aux_width", "Width of the packed aux hidden states per token (K * H).",
-                               ("role", "path"))
-        self.aux_states = gauge("eagle_probe_aux_states", "Aux hidden states returned by the last forward.",
-                                ("role", "path"))
-        self.lost = counter("eagle_probe_captures_lost_total",
-                            "Capture slots that fell in the Two-Batch-Overlap layer range, per forward run.",
-                            ("role", "mode"))
-        self.findings = counter("eagle_probe_findings_total", "Findings emitted by code.", ("code", "severity", "role"))
-        self.errors = counter("eagle_probe_internal_errors_total",
-                              "Exceptions inside the probe (never raised into SGLang).", ("where",))
-        self.skipped = counter("eagle_probe_integration_skipped_total",
-                               "Patch targets missing from the installed SGLang.", ("integration", "target"))
-        self.draft_forwards = counter("eagle_probe_draft_forwards_total",
-                                      "Python-level EAGLE-3 draft forwards, by whether SGLang ran the draft's fc.",
-                                      ("mode", "path", "fc"))
-        self.draft_input_width = gauge("eagle_probe_draft_input_width",
-                                       "Width of the hidden states entering the draft (spec_info.hidden_states).",
-                                       ("path",))
-        self.draft_fc_in_width = gauge("eagle_probe_draft_fc_in_width", "Input width the draft's fc takes.", ())
-        # vLLM's spec-decode definitions: drafts = request-steps that proposed tokens.
-        self.verify_steps = counter("eagle_probe_spec_verify_steps_total", "Verify steps (batches).", ())
-        self.drafts = counter("eagle_probe_spec_drafts_total", "Draft sequences verified (request-steps).", ())
-        self.draft_tokens = counter("eagle_probe_spec_draft_tokens_total", "Draft tokens proposed.", ())
-        self.accepted = counter("eagle_probe_spec_accepted_tokens_total",
-                                "Draft tokens accepted (bonus token excluded).", ())
-        self.accepted_per_pos = counter("eagle_probe_spec_accepted_tokens_per_pos_total",
-                                        "Draft tokens accepted at each 0-based draft position.", ("position",))
-        self.drafted_per_pos = counter("eagle_probe_spec_drafted_tokens_per_pos_total", "Request-steps whose draft "
-                                       "reached each 0-based position (its rate's denominator).", ("position",))
-        self.accept_length = prom.Histogram(
-            "eagle_probe_spec_accepted_length", "Accepted draft tokens per request and verify step (bonus excluded).",
-            RANK_LABELS, buckets=tuple(range(0, 17)) + (float("inf"),), **kw)
-        self._label_names[id(self.accept_length)] = ()
-        self.aux_rms = gauge("eagle_probe_aux_rms", "RMS of each aux slot in the last sampled forward.",
-                             ("role", "slot"))
-        self.aux_absmax = gauge("eagle_probe_aux_absmax", "Largest absolute value of each aux slot in the last "
-                                "sampled forward.", ("role", "slot"))
-        self.aux_step = gauge("eagle_probe_aux_fingerprint_step", "The model's forward count at the last sampled "
-                              "forward (equal across TP ranks when their gauges describe the same forward).",
-                              ("role",))
-        self.dumps_written = counter("eagle_probe_dumps_written_total", "Dump files written.", ())
-        self.dump_bytes = counter("eagle_probe_dump_bytes_total", "Bytes of dump files written.", ())
-        self.dumps_stopped = counter("eagle_probe_dumps_stopped_total",
-                                     f"Dumps stopped for good ({', '.join(STOP_REASONS)}).", ("reason",))
-        self.dumps_skipped = counter("eagle_probe_dumps_skipped_total", "Planned dumps not written (the writer was "
-                                     "behind).", ("reason",))
-        self.aux_nonfinite = counter("eagle_probe_aux_nonfinite_total", "NaN or Inf values seen in sampled aux "
-                                     "slots.", ("role", "slot"))
-        self.vocab_tokens = counter("eagle_probe_draft_vocab_verified_tokens_total", "Verified tokens of sampled "
-                                    "verify steps, by whether the draft's vocabulary holds them.", ("in_vocab",))
-        self.vocab_coverage = gauge("eagle_probe_draft_vocab_coverage", "Share of the sampled verified tokens inside "
-                                    "the draft's vocabulary so far (caps the accept rate).", ())
-        self._children = {}
+        self.series = series = Series(prom, ranks, registry)
+        self._child = series.child
+        self._make_series(series.make)
+        self.depth = DepthSeries(series)  # made on the first flush that counts a verify step
+        self.slices = SliceSeries(series)  # made on the first flush that counts a slice
         self._layer_series = {}
         self._verify_children = {}  # draft positions -> the series add_verify_counts adds to
-
         if self.multiprocess:
             path = os.environ["PROMETHEUS_MULTIPROC_DIR"]
             import atexit
@@ -128,14 +53,38 @@ class MetricsSink:
             self.addr = addr
             prom.start_http_server(self.port, addr=addr, registry=registry)
 
-    def _child(self, metric, *values):
-        key = (id(metric),) + values
-        child = self._children.get(key)
-        if child is None:
-            labels = dict(zip(self._label_names[id(metric)], values))
-            labels.update(self._rank)
-            child = self._children[key] = metric.labels(**labels)
-        return child
+    def _make_series(self, make):
+        """The series made with the sink, in the catalogue's order."""
+        self.info = make(C.INFO, tuple(self._sizes))
+        self.forwards = make(C.TARGET_FORWARDS)
+        self.model_forwards = make(C.MODEL_FORWARDS)
+        self.layer_info = make(C.CAPTURE_LAYER_INFO)
+        self.aux_width = make(C.AUX_WIDTH)
+        self.aux_states = make(C.AUX_STATES)
+        self.lost = make(C.CAPTURES_LOST)
+        self.findings = make(C.FINDINGS)
+        self.errors = make(C.INTERNAL_ERRORS)
+        self.skipped = make(C.INTEGRATION_SKIPPED)
+        self.draft_forwards = make(C.DRAFT_FORWARDS)
+        self.draft_input_width = make(C.DRAFT_INPUT_WIDTH)
+        self.draft_fc_in_width = make(C.DRAFT_FC_IN_WIDTH)
+        self.verify_steps = make(C.VERIFY_STEPS)
+        self.drafts = make(C.DRAFTS)
+        self.draft_tokens = make(C.DRAFT_TOKENS)
+        self.accepted = make(C.ACCEPTED)
+        self.accepted_per_pos = make(C.ACCEPTED_PER_POS)
+        self.drafted_per_pos = make(C.DRAFTED_PER_POS)
+        self.accept_length = make(C.ACCEPT_LENGTH)
+        self.aux_rms = make(C.AUX_RMS)
+        self.aux_absmax = make(C.AUX_ABSMAX)
+        self.aux_step = make(C.AUX_STEP)
+        self.dumps_written = make(C.DUMPS_WRITTEN)
+        self.dump_bytes = make(C.DUMP_BYTES)
+        self.dumps_stopped = make(C.DUMPS_STOPPED)
+        self.dumps_skipped = make(C.DUMPS_SKIPPED)
+        self.aux_nonfinite = make(C.AUX_NONFINITE)
+        self.vocab_tokens = make(C.VOCAB_TOKENS)
+        self.vocab_coverage = make(C.VOCAB_COVERAGE)
 
     def set_info(self, probe_version: str, sglang_version: str, rules: str, tp_group: str = ""):
         self._child(self.info, probe_version, sglang_version, rules, tp_group, *self._sizes.values()).set(1)
@@ -202,7 +151,7 @@ class MetricsSink:
         Every series is resolved before the first is increased: nothing is added twice."""
         sums, (verify_steps, drafts, draft_tokens, accepted, histogram, per_pos, drafted_pos) = \
             window.sums(), self._verify_series(window.positions)
-        add_depth_counts(self, sums.per_depth, depth)
+        self.depth.add(sums.per_depth, depth)
         verify_steps.inc(window.steps)
         if not sums.request_steps:
             return
@@ -247,3 +196,6 @@ class MetricsSink:
     def integration_skipped(self, integration: str, target: str):
         self._child(self.skipped, integration, target).inc()
 
+    def add_slice_counts(self, slices: dict, request_lengths: dict):
+        """Acceptance by slice since the last flush (sinks/slice_metrics.py)."""
+        self.slices.add(slices, request_lengths)
