@@ -318,16 +318,31 @@ _SAMPLED_ONLY = (" Only sampled traffic was judged, and it accepts less than gre
                  "token is accepted with the target's probability of it): judge the layers on greedy requests.")
 
 
-def acceptance_collapse_finding(observed: float, expected: float, accuracy, positions: int,
-                                per_position: Sequence[float | None], drafts: int, threshold: float,
-                                seen_codes: Sequence[str], traffic: str = "unknown traffic") -> Finding:
-    """accuracy: per-position conditional accuracies (analysis.acceptance); traffic: what was judged
-    (analysis.sampled_traffic.judged)."""
+@dataclass(frozen=True)
+class CollapseEvidence:
+    """What acceptance_collapse reports. accuracy: per-position conditional accuracies (analysis.acceptance);
+    traffic: what was judged (analysis.sampled_traffic.judged)."""
+
+    observed: float
+    expected: float
+    accuracy: Sequence[float]
+    positions: int
+    per_position: Sequence[float | None]
+    drafts: int
+    threshold: float
+    seen_codes: Sequence[str]
+    traffic: str = "unknown traffic"
+
+
+def acceptance_collapse_finding(evidence: CollapseEvidence) -> Finding:
     from .acceptance import describe_accuracy
 
+    observed, expected, positions, per_position = (evidence.observed, evidence.expected, evidence.positions,
+                                                   evidence.per_position)
+    drafts, threshold, seen_codes, traffic = evidence.drafts, evidence.threshold, evidence.seen_codes, evidence.traffic
     causes = ", ".join(seen_codes) if seen_codes else "none observed in this process; run `eagle-probe doctor` " \
         "with the target and draft configs and --trained-layers"
-    accuracy = [float(v) for v in accuracy]
+    accuracy = [float(v) for v in evidence.accuracy]
     return _finding(
         ACCEPTANCE_COLLAPSE,
         f"mean acceptance length {observed:.2f} tokens per step (bonus included) over {drafts} drafts of {traffic} "
@@ -378,11 +393,13 @@ def aux_slots_identical_finding(role: str, slots: Sequence[int], capture_indices
         f"rule).", role=role, slots=list(slots), capture_indices=list(capture_indices))
 
 
-def tp_rank_divergence_finding(role: str, slot: int, label: str, step: int, ranks: Sequence[int],
-                               rms_spread: float, lowest_cosine: float | None, layout: str,
-                               rms_by_rank: dict, nodes: dict | None = None) -> Finding:
-    """nodes: {tp_rank: "node_rank N (host H)"} where the ranks span several nodes (named beside each rank)."""
+def tp_rank_divergence_finding(role: str, slot: int, label: str, step: int, disagreement: dict, layout: str,
+                               nodes: dict | None = None) -> Finding:
+    """disagreement: analysis.fingerprints.rank_disagreement's (ranks, rms_spread, lowest_signature_cosine, rms by
+    rank); nodes: {tp_rank: "node_rank N (host H)"} where the ranks span several nodes (named beside each rank)."""
     nodes = nodes or {}
+    ranks, rms_spread, rms_by_rank = disagreement["ranks"], disagreement["rms_spread"], disagreement["rms"]
+    lowest_cosine = disagreement["lowest_signature_cosine"]
     cosine_text = "" if lowest_cosine is None else f", lowest signature cosine {lowest_cosine:.6f}"
     rms_text = ", ".join(f"tp_rank {r}" + (f" on {nodes[r]}" if r in nodes else "") + f": {v:.6g}"
                          for r, v in sorted(rms_by_rank.items()))
@@ -413,16 +430,44 @@ def aux_value_mismatch_finding(role: str, slot: int, served_index: int | None, d
         source=source)
 
 
-def trained_layers_inferred_finding(served: Sequence[int], served_accuracy: float, served_positions: int,
-                                    best: Sequence[int], best_accuracy: float, best_positions: int,
-                                    num_layers: int, ids: Sequence[int] | None, unreachable: str | None,
-                                    sglang_version: str | None, near_tie: bool, method: str,
-                                    ties_reachable: int = 1, margin_within_noise: bool | None = None) -> Finding:
-    """`eagle-probe replay --search`: the served wiring against the one the draft agrees with best. Severity warning
-    when they differ, info when the served wiring is the best (the layers it was trained on, confirmed).
+@dataclass(frozen=True)
+class WiringSearch:
+    """`eagle-probe replay --search`'s result: the served wiring (HF indices) and the best, their position-0
+    agreement and positions; ids: the layer ids that reach the best on this release (None: unreachable, why).
     `ties_reachable`: the near-ties the release can capture (best among them by likelihood); `margin_within_noise`:
     whether its likelihood margin over the next is under two standard errors."""
-    served, best = tuple(served), tuple(best)
+
+    served: Sequence[int]
+    served_accuracy: float
+    served_positions: int
+    best: Sequence[int]
+    best_accuracy: float
+    best_positions: int
+    num_layers: int
+    ids: Sequence[int] | None
+    unreachable: str | None
+    sglang_version: str | None
+    near_tie: bool
+    method: str
+    ties_reachable: int = 1
+    margin_within_noise: bool | None = None
+
+
+def trained_layers_inferred_finding(*fields, **named) -> Finding:
+    """WiringSearch's fields, in its order (the positional form replay's callers use)."""
+    return wiring_search_finding(WiringSearch(*fields, **named))
+
+
+def wiring_search_finding(search: WiringSearch) -> Finding:
+    """trained_layers_inferred: the served wiring against the one the draft agrees with best. Severity warning
+    when they differ, info when the served wiring is the best (the layers it was trained on, confirmed)."""
+    served, best = tuple(search.served), tuple(search.best)
+    served_accuracy, served_positions, best_accuracy, best_positions = (
+        search.served_accuracy, search.served_positions, search.best_accuracy, search.best_positions)
+    num_layers, ids, unreachable, sglang_version = search.num_layers, search.ids, search.unreachable, \
+        search.sglang_version
+    near_tie, method, ties_reachable, margin_within_noise = (search.near_tie, search.method, search.ties_reachable,
+                                                             search.margin_within_noise)
     evidence = dict(served_hf=list(served), served_accuracy=round(served_accuracy, 6),
                     served_positions=served_positions, best_hf=list(best), best_accuracy=round(best_accuracy, 6),
                     best_positions=best_positions, fix_ids=None if ids is None else list(ids),

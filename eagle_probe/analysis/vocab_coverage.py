@@ -22,6 +22,7 @@ When coverage is the cause (draft_vocab_coverage_low), either:
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from .findings import DRAFT_VOCAB_COVERAGE_LOW, Finding, _finding
 
@@ -83,10 +84,21 @@ def served_share(mean_accept_length: float) -> float:
     return (mean_accept_length - 1.0) / mean_accept_length if mean_accept_length > 0 else 0.0
 
 
+@dataclass(frozen=True)
+class Served:
+    """The acceptance served beside the coverage: mean accept length (bonus included), the deepest draft position,
+    and whether it is below what the draft's accuracy promises."""
+
+    mean_accept_length: float | None = None
+    positions: int | None = None
+    below_promise: bool = False
+
+
 def coverage_finding(in_vocab: int, total: int, map_kind: str, hot_size: int | None,
-                     draft_vocab_size: int | None, where: str, mean_accept_length: float | None = None,
-                     positions: int | None = None, below_promise: bool = False) -> Finding | None:
+                     draft_vocab_size: int | None, where: str, served_by: Served = Served()) -> Finding | None:
     """draft_vocab_coverage_low, or None (too few tokens, or the coverage neither low nor binding)."""
+    mean_accept_length, positions, below_promise = (served_by.mean_accept_length, served_by.positions,
+                                                    served_by.below_promise)
     if total < MIN_TOKENS or total <= 0 or map_kind == MAP_FULL:
         return None
     coverage = in_vocab / total

@@ -108,10 +108,10 @@ class AcceptanceMonitor:
             return None
         if window.mean_length() / expected >= self.config.collapse_ratio:
             return None
-        return rules.acceptance_collapse_finding(
+        return rules.acceptance_collapse_finding(rules.CollapseEvidence(
             window.mean_length(), expected, self.config.draft_accuracy, window.positions, window.per_position_rate(),
             window.drafts, self.config.collapse_ratio, [c for c in seen_codes if c != rules.ACCEPTANCE_COLLAPSE],
-            traffic)
+            traffic))
 
     def sampled_instead(self, collapse: Finding, traffic: dict) -> Finding | None:
         """acceptance_sampled_traffic in place of a collapse when greedy traffic (enough of it) is served as expected

@@ -4,7 +4,6 @@ and the running probe's acceptance monitor fed the tuple unchanged."""
 import json
 
 import pytest
-from test_acceptance import make_recorder
 
 from eagle_probe.analysis.acceptance import (
     accuracy_for_mean_length,
@@ -34,7 +33,7 @@ def test_per_position_accuracies_are_conditional():
 
 def test_one_form_everywhere():
     """The variable, summarize's option and an old log's bare number all give per-position accuracies."""
-    from eagle_probe.analysis.findings import acceptance_collapse_finding
+    from eagle_probe.analysis.findings import CollapseEvidence, acceptance_collapse_finding
     from eagle_probe.commands.cli import build_parser
     from eagle_probe.commands.summarize.training import find_accuracy
     from eagle_probe.config import parse_accuracy
@@ -43,7 +42,7 @@ def test_one_form_everywhere():
     assert build_parser().parse_args(["summarize", "--draft-accuracy", "0.75"]).draft_accuracy == (0.75,)
     old_log = [{"event": "eagle_probe.acceptance", "draft_accuracy": 0.75}]  # a bare number, as older probes wrote
     assert find_accuracy(old_log, None)[0] == (0.75,)
-    finding = acceptance_collapse_finding(1.2, 2.0, (0.75,), 3, [0.1, 0.05, 0.0], 64, 0.6, [])
+    finding = acceptance_collapse_finding(CollapseEvidence(1.2, 2.0, (0.75,), 3, [0.1, 0.05, 0.0], 64, 0.6, []))
     assert finding.evidence_dict()["draft_accuracy"] == [0.75]
     assert "a per-token draft accuracy of 0.75" in finding.message
 
@@ -88,13 +87,13 @@ def test_bad_dump_modes(value):
     assert "EAGLE_PROBE_DUMP_MODES" in str(info.value) and "extend, target_verify" in str(info.value)
 
 
-def test_running_monitor_takes_the_tuple_unchanged():
+def test_running_monitor_takes_the_tuple_unchanged(make_recorder):
     """runtime/acceptance_monitor.py passes config.draft_accuracy through: per-position accuracies work unedited."""
     recorder, stream, _, clock = make_recorder(summary_interval_s=10, draft_accuracy=(0.9, 0.8, 0.7),
                                                collapse_min_drafts=4)
     for _ in range(8):
         recorder.verify_step(VerifyStep((0, 0), 3))
-    clock[0] = 11
+    clock.now = 11
     recorder.verify_step(VerifyStep((0,), 3))
     events = [json.loads(line) for line in stream.getvalue().splitlines()]
     [acceptance] = [e for e in events if e["event"] == "eagle_probe.acceptance"]

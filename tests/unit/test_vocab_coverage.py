@@ -1,23 +1,17 @@
 """Vocabulary coverage: the pure rules (analysis.vocab_coverage), the sampler's host and device counts
 (runtime/values/coverage.py, on CPU tensors) and the recorder's coverage part (counters, event, finding)."""
 
-import io
 import json
 import random
 
-import prometheus_client
 import pytest
 import torch
 
 from eagle_probe.analysis import vocab_coverage as V
 from eagle_probe.analysis.findings import ACCEPTANCE_COLLAPSE, CODES, DRAFT_VOCAB_COVERAGE_LOW, WARNING
 from eagle_probe.config import ConfigError, ProbeConfig, load_config
-from eagle_probe.observations import DraftVocabulary, Ranks, VerifyStep
-from eagle_probe.runtime.recorder import Recorder
-from eagle_probe.runtime.sinks.logs import LogSink
-from eagle_probe.runtime.sinks.metrics import MetricsSink
+from eagle_probe.observations import DraftVocabulary, VerifyStep
 from eagle_probe.runtime.values.coverage import SLOTS, VocabCoverage
-from eagle_probe.versions import parse_version, rules_for
 
 # ------------------------------------------------------------------------------------------------ pure rules
 
@@ -85,12 +79,12 @@ def test_low_only_beyond_chance():
 
 def test_binding_coverage_needs_acceptance_below_the_promise():
     # coverage 0.95; served L = 10 -> 90 % of tokens were accepted drafts: at the cap (>= 0.9 * 0.95)
-    assert V.coverage_finding(950, 1000, V.MAP_D2T, 100, 100, "x", mean_accept_length=10.0) is None
-    finding = V.coverage_finding(950, 1000, V.MAP_D2T, 100, 100, "x", mean_accept_length=10.0, below_promise=True)
+    assert V.coverage_finding(950, 1000, V.MAP_D2T, 100, 100, "x", V.Served(10.0)) is None
+    finding = V.coverage_finding(950, 1000, V.MAP_D2T, 100, 100, "x", V.Served(10.0, below_promise=True))
     assert finding is not None and finding.evidence_dict()["binding"] and not finding.evidence_dict()["low"]
     assert "limits acceptance" in finding.message
     # served far under the cap: the vocabulary does not explain it
-    assert V.coverage_finding(950, 1000, V.MAP_D2T, 100, 100, "x", mean_accept_length=1.5, below_promise=True) is None
+    assert V.coverage_finding(950, 1000, V.MAP_D2T, 100, 100, "x", V.Served(1.5, below_promise=True)) is None
 
 
 def test_missing_map_fix_points_at_d2t():
@@ -183,22 +177,14 @@ def test_device_slots_bound_what_waits_unread():
 # ------------------------------------------------------------------------------------------------ the part
 
 
-class Clock:
-    def __init__(self, now=0.0):
-        self.now = now
-
-    def __call__(self):
-        return self.now
-
-
-def make(interval=1.0, **config):
-    stream, registry, clock = io.StringIO(), prometheus_client.CollectorRegistry(), Clock()
-    recorder = Recorder(ProbeConfig(summary_interval_s=interval, flush_interval_s=0, **config),
-                        rules_for(parse_version("0.5.23")), "0.5.23", LogSink(stream=stream),
-                        lambda: Ranks(tp_rank=0, tp_size=1, pp_rank=0, dp_rank=None),
-                        lambda ranks, exporter=True: MetricsSink(ranks, registry=registry), clock=clock)
-    recorder.ensure_ranks()
-    return recorder, stream, registry, clock
+@pytest.fixture
+def make(make_recorder):
+    """This file's recorders: a summary every second, the ranks read at once."""
+    def make_ranked(interval=1.0, **config):
+        probe = make_recorder(summary_interval_s=interval, **config)
+        probe.recorder.ensure_ranks()
+        return probe
+    return make_ranked
 
 
 def events(stream, name=None):
@@ -206,7 +192,7 @@ def events(stream, name=None):
     return [e for e in out if name is None or e["event"] == name]
 
 
-def test_part_counts_exports_and_names_low_coverage_before_a_collapse():
+def test_part_counts_exports_and_names_low_coverage_before_a_collapse(make):
     recorder, stream, registry, clock = make(draft_accuracy=(0.8,))
     recorder.observe("draft_vocabulary", DraftVocabulary("LlamaForCausalLMEagle3", 128, 256, V.MAP_NONE,
                                                          tuple(range(128))))
@@ -236,7 +222,7 @@ def test_part_counts_exports_and_names_low_coverage_before_a_collapse():
     assert DRAFT_VOCAB_COVERAGE_LOW in collapse["evidence"]["likely_causes"]
 
 
-def test_part_silent_for_a_full_vocabulary_and_off_at_zero():
+def test_part_silent_for_a_full_vocabulary_and_off_at_zero(make):
     recorder, stream, registry, clock = make()
     recorder.observe("draft_vocabulary", DraftVocabulary("LlamaForCausalLMEagle3", None, 256, V.MAP_FULL, None))
     recorder.coverage.sample_lists(0.0, [list(range(250))])

@@ -8,7 +8,7 @@ from ... import events as names
 from ...analysis import findings as F
 from ...analysis.acceptance import expected_mean_length
 from ...analysis.training_gap import TOLERANCE
-from ...analysis.vocab_coverage import coverage_finding, describe_map, length_cap
+from ...analysis.vocab_coverage import Served, coverage_finding, describe_map, length_cap
 
 
 def _key(event: dict):
@@ -50,7 +50,7 @@ def coverage_section(events: list, ranks: list[dict], accuracy=None) -> dict:
             below = served < TOLERANCE * expected_mean_length(accuracy, positions)
         where = f"tp_rank {rank['tp_rank']}" if rank["tp_rank"] is not None else f"pid {rank['pid']}"
         finding = coverage_finding(in_vocab, total, event.get("map") or "", event.get("hot_vocab_size"),
-                                   event.get("draft_vocab_size"), where, served, positions, below)
+                                   event.get("draft_vocab_size"), where, Served(served, positions, below))
         if finding is not None:
             findings.append({"code": finding.code, "severity": finding.severity, "message": finding.message,
                              "evidence": finding.evidence_dict(), "role": "draft", "tp_rank": rank["tp_rank"],

@@ -79,9 +79,7 @@ def divergence(prints) -> dict:
             continue
         reported.add((role, slot))
         label = next(iter(by_rank.values())).get("label") or f"slot {slot}"
-        findings.append(tp_rank_divergence_finding(
-            role, slot, label, step, disagreement["ranks"], disagreement["rms_spread"],
-            disagreement["lowest_signature_cosine"], PLAIN_TP, disagreement["rms"], nodes))
+        findings.append(tp_rank_divergence_finding(role, slot, label, step, disagreement, PLAIN_TP, nodes))
     return {"compared": compared, "not_compared": sorted(skipped), "findings": findings}
 
 

@@ -67,6 +67,6 @@ class Coverage(Part):
         expected = self.recorder.acceptance.expected_length(acceptance) if acceptance.drafts else None
         below = expected is not None and mean is not None and mean < self.config.collapse_ratio * expected
         finding = rules.coverage_finding(in_vocab, total, vocab.map_kind, hot_size, vocab.draft_vocab_size,
-                                         f"{vocab.model_class} in this process", mean, positions, below)
+                                         f"{vocab.model_class} in this process", rules.Served(mean, positions, below))
         if finding is not None and finding.code not in self.out.seen_codes():
             self.out.finding(finding, "draft")
