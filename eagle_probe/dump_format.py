@@ -5,7 +5,7 @@ One safetensors file per dumped target forward, named eagle-probe-dump-HOST-tpRA
 the tensors below and, in the safetensors metadata, FORMAT_KEY = FORMAT_VERSION and META_KEY = the JSON metadata.
 """
 
-FORMAT_VERSION = "1"
+FORMAT_VERSION = "1"  # also the JSON metadata's "format_version" (earlier writers stored it as the integer 1)
 SUFFIX = ".safetensors"
 FORMAT_KEY, META_KEY = "eagle_probe.format", "eagle_probe.meta"
 # Tensors: what the draft is fed (real tokens only), the final hidden state, and the tokens with their positions.

@@ -84,6 +84,8 @@ def _meta(header: dict, path: str) -> dict:
         raise DumpError(f"dump {path}: its {META_KEY} metadata is not JSON ({exc})") from None
     if not isinstance(meta, dict):
         raise DumpError(f"dump {path}: its {META_KEY} metadata is not a JSON object")
+    if "format_version" in meta:  # one type for readers: earlier writers stored the integer 1
+        meta["format_version"] = str(meta["format_version"])
     return meta
 
 

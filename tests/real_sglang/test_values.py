@@ -13,6 +13,7 @@ from safetensors import safe_open
 
 import eagle_probe
 from eagle_probe.analysis.fingerprints import cosine
+from eagle_probe.dump_format import FORMAT_VERSION
 from eagle_probe.runtime.state import STATE
 from eagle_probe.runtime.values.fingerprint import projection
 from sglang_cpu.runtime import TinyBatchRunner, build_deepseek, init_runtime
@@ -221,7 +222,7 @@ def test_all_layer_dump_holds_what_the_readme_says_and_matches_transformers(dens
     with safe_open(str(files[0]), "pt") as handle:
         meta = json.loads(handle.metadata()["eagle_probe.meta"])
         tensors = {k: handle.get_tensor(k) for k in handle.keys()}  # noqa: SIM118  (safe_open)
-    assert handle is not None and meta["format_version"] == 1 and meta["capture_indices"] == INDICES
+    assert handle is not None and meta["format_version"] == FORMAT_VERSION and meta["capture_indices"] == INDICES
     assert meta["labels"] == ["output of layer 1", "output of layer 3", "output of layer 4"]
     assert meta["layer_indices"] == list(range(6)) and meta["all_layers"] is True and meta["tp_rank"] == 0
     assert meta["sglang_version"] == "0.5.23" and meta["dtype"] == "float32" and meta["tokens"] == 13

@@ -15,10 +15,22 @@ at capture. `KEEP_INNER_VALUES` (tests only) keeps both, so that the two can be 
 
 import os
 import time
+from dataclasses import dataclass
+from typing import Any
 
 from ... import __version__
 from ...analysis.layers import capture_label
-from ...dump_format import AUX, FINAL, INPUT_IDS, POSITIONS, PREFIX_LENS, SEQ_LENS, TARGET_IDS, VERIFY_MODE
+from ...dump_format import (
+    AUX,
+    FINAL,
+    FORMAT_VERSION,
+    INPUT_IDS,
+    POSITIONS,
+    PREFIX_LENS,
+    SEQ_LENS,
+    TARGET_IDS,
+    VERIFY_MODE,
+)
 from .dumps import DumpJob
 from .sampler import SampleContext, deliver_ready, draft_input_slots
 from .verify_dumps import VerifyDumpJob, unmatched_verify
@@ -47,19 +59,39 @@ def inner_values_on() -> bool:
     return not LIVE[0] or KEEP_INNER_VALUES[0]
 
 
+@dataclass(slots=True, eq=False)
 class Handoff:
     """One target forward's hand-off, read from the worker's arguments before it runs the draft."""
 
-    __slots__ = ("mode", "aux", "input_ids", "positions", "rows", "reqs", "seq_lens", "prefix_lens",
-                 "layers", "num_layers", "model_class", "logits")
+    mode: str
+    aux: Any
+    input_ids: Any
+    positions: Any  # a tensor, or a callable making it (only for a dumped forward)
+    rows: int
+    reqs: Any  # SGLang's Req list
+    seq_lens: Any
+    prefix_lens: Any
+    layers: Any
+    num_layers: Any
+    model_class: str
+    logits: Any  # the verify forward's per-row logits (None for a prefill, whose logits are its last rows' only)
 
-    def __init__(self, mode, aux, input_ids, positions, rows, reqs, seq_lens, prefix_lens, layers, num_layers,
-                 model_class, logits):
-        # positions: a tensor, or a callable making it (only for a dumped forward); reqs: SGLang's Req list;
-        # logits: the verify forward's per-row logits (None for a prefill, whose logits are its last rows' only)
-        self.mode, self.aux, self.input_ids, self.positions, self.rows = mode, aux, input_ids, positions, rows
-        self.reqs, self.seq_lens, self.prefix_lens = reqs, seq_lens, prefix_lens
-        self.layers, self.num_layers, self.model_class, self.logits = layers, num_layers, model_class, logits
+
+@dataclass(frozen=True)
+class DumpedForward:
+    """What a dump file's metadata says of its forward (dump_metadata), whichever source wrote it."""
+
+    model_class: str
+    dtype: Any
+    mode: str
+    step: int
+    dump_index: int
+    rows: int
+    requests: int
+    hidden_size: int
+    num_layers: Any
+    captured: list
+    kept: Any  # HF index -> tensor of the all-layer dump's layers (empty: none)
 
 
 def slot_layout(aux, layers):
@@ -142,8 +174,9 @@ def submit_dump(recorder, planner, handoff: Handoff, step: int) -> None:
         if values is not None:
             tensors[name] = torch.tensor(values, dtype=torch.int64)
     slots, width, indices = layout
-    metadata = dump_metadata(recorder, handoff.model_class, handoff.aux.dtype, handoff.mode, step, plan.step, rows,
-                             len(handoff.seq_lens or ()), width, handoff.num_layers, list(indices), [], planner)
+    metadata = dump_metadata(recorder, DumpedForward(
+        handoff.model_class, handoff.aux.dtype, handoff.mode, step, plan.step, rows, len(handoff.seq_lens or ()),
+        width, handoff.num_layers, list(indices), []), planner)
     metadata.update(source=WORKER, final_hidden_state=final is not None, target_next_ids=TARGET_IDS in tensors)
     if req_ids is None:
         job = DumpJob(tensors, metadata)
@@ -157,17 +190,16 @@ def submit_dump(recorder, planner, handoff: Handoff, step: int) -> None:
         dumps.waiting.append(job)
 
 
-def dump_metadata(recorder, model_class, dtype, mode, step, dump_index, rows, requests, hidden_size, num_layers,
-                  captured, kept, planner) -> dict:
+def dump_metadata(recorder, forward: DumpedForward, planner) -> dict:
     """The metadata of a dump file (docs/values.md), whichever source wrote it."""
-    ranks = recorder.ranks
+    ranks, f = recorder.ranks, forward
     return {
-        "format_version": 1, "probe_version": __version__, "sglang_version": recorder.sglang_version,
-        "model_class": model_class, "dtype": str(dtype).replace("torch.", ""), "mode": mode, "step": step,
-        "dump_index": dump_index, "tokens": rows, "requests": requests, "hidden_size": int(hidden_size),
-        "num_layers": num_layers, "capture_indices": captured, "hf_indices": captured,
-        "labels": [capture_label(i, num_layers) for i in captured],
-        "layer_indices": sorted(kept), "all_layers": bool(kept),
+        "format_version": FORMAT_VERSION, "probe_version": __version__, "sglang_version": recorder.sglang_version,
+        "model_class": f.model_class, "dtype": str(f.dtype).replace("torch.", ""), "mode": f.mode, "step": f.step,
+        "dump_index": f.dump_index, "tokens": f.rows, "requests": f.requests, "hidden_size": int(f.hidden_size),
+        "num_layers": f.num_layers, "capture_indices": f.captured, "hf_indices": f.captured,
+        "labels": [capture_label(i, f.num_layers) for i in f.captured],
+        "layer_indices": sorted(f.kept), "all_layers": bool(f.kept),
         "tp_rank": None if ranks is None else ranks.tp_rank, "tp_size": None if ranks is None else ranks.tp_size,
         "pp_rank": None if ranks is None else ranks.pp_rank, "dp_rank": None if ranks is None else ranks.dp_rank,
         "pid": os.getpid(), "time": time.time(),

@@ -13,7 +13,7 @@ from ...dump_format import (
     SEQ_LENS,
     VERIFY_MODE,
 )
-from .boundary import FORWARD, dump_metadata
+from .boundary import FORWARD, DumpedForward, dump_metadata
 from .dumps import DumpJob
 from .layer_taps import tap_layers
 from .sampler import packed_aux, real_tokens
@@ -101,9 +101,9 @@ def submit_forward(plan, static, forward_batch, input_ids, positions, layers, re
     kept = plan.kept or {}
     for index, value in sorted(kept.items()):
         tensors[f"{LAYER_PREFIX}{index}"] = value[:tokens]
-    metadata = dump_metadata(recorder, static.model_class, hidden.dtype, mode, static.forwards + 1, plan.step, tokens,
-                             len(tensors.get(SEQ_LENS, ())), hidden.shape[-1], static.num_layers,
-                             sorted(set(layers)), kept, recorder.dumps.planner)
+    metadata = dump_metadata(recorder, DumpedForward(
+        static.model_class, hidden.dtype, mode, static.forwards + 1, plan.step, tokens, len(tensors.get(SEQ_LENS, ())),
+        hidden.shape[-1], static.num_layers, sorted(set(layers)), kept), recorder.dumps.planner)
     metadata.update(source=FORWARD, final_hidden_state=True)
     if req_ids is None:
         job = DumpJob(tensors, metadata)
