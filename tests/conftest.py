@@ -1,10 +1,22 @@
-"""The suite reports itself: the time of each tier (tests/<tier>/, setup and teardown included) and the start-up of
-every real SGLang server against the start-up timeout. scripts/test.sh adds pytest's --durations and the total."""
+"""Every test carries its tier as a marker, the name of its folder (tests/<tier>/, registered in setup.cfg): `pytest
+-m unit tests` runs the pure tests alone, and a selection by tiers alone (`-m "unit or contract"`) does not even
+import the other folders. The suite reports itself: the time of each tier (setup and teardown included) and the
+start-up of every real SGLang server against the start-up timeout. scripts/test.sh adds pytest's --durations and the
+total."""
 
+import io
 import json
 import os
+import re
 import tempfile
 from collections import defaultdict
+from pathlib import Path
+from typing import NamedTuple
+
+import pytest
+
+TESTS = Path(__file__).resolve().parent
+TIERS = ("unit", "contract", "real_sglang", "real_sglang_058", "e2e", "prometheus", "browser", "gpu")
 
 _tier_seconds = defaultdict(float)
 _tier_tests = defaultdict(set)
@@ -13,6 +25,88 @@ _tier_tests = defaultdict(set)
 def _tier(nodeid):
     parts = nodeid.split("/")
     return parts[1] if len(parts) > 2 and parts[0] == "tests" else parts[0]
+
+
+def _folder_tier(path):
+    """The tier of a file or folder under tests/ (None outside a tier's folder)."""
+    try:
+        top = Path(path).resolve().relative_to(TESTS).parts[:1]
+    except ValueError:
+        return None
+    return top[0] if top and top[0] in TIERS else None
+
+
+def _selected_tiers(config):
+    """The tiers a `-m` made only of tier names joined by `or` selects; None for any other expression (then every
+    folder is collected and pytest deselects by marker)."""
+    names = re.split(r"\s+or\s+", (config.option.markexpr or "").strip())
+    return set(names) if all(name in TIERS for name in names) else None
+
+
+def pytest_ignore_collect(collection_path, config):
+    tiers = _selected_tiers(config)
+    tier = _folder_tier(collection_path)
+    if tiers is not None and tier is not None and tier not in tiers:
+        return True
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest's own -m selection reads the markers
+def pytest_collection_modifyitems(items):
+    for item in items:
+        tier = _folder_tier(item.path)
+        if tier is not None:
+            item.add_marker(getattr(pytest.mark, tier))
+
+
+class Clock:
+    """A clock the test moves: clock.now += 60."""
+
+    def __init__(self, now=0.0):
+        self.now = now
+
+    def __call__(self):
+        return self.now
+
+
+class Probe(NamedTuple):
+    recorder: object  # eagle_probe.runtime.recorder.Recorder
+    stream: io.StringIO  # its JSON log lines
+    registry: object  # its metrics' prometheus_client.CollectorRegistry
+    clock: Clock
+
+
+def build_recorder(rules="0.5.23", ranks=None, **config):
+    """The real Recorder on plain sinks: JSON lines into a StringIO, metrics into a registry of their own (served on
+    config's metrics_port and metrics_addr when a port is given), a Clock the test moves. rules: the SGLang release
+    whose rules apply; ranks: what the process reads as its ranks (tp rank 0 of 1, pp rank 0 unless given); config:
+    ProbeConfig fields (flush_interval_s 0 unless given: metrics are flushed on every step)."""
+    import prometheus_client
+
+    from eagle_probe.config import ProbeConfig
+    from eagle_probe.observations import Ranks
+    from eagle_probe.runtime.recorder import Recorder
+    from eagle_probe.runtime.sinks.logs import LogSink
+    from eagle_probe.runtime.sinks.metrics import MetricsSink
+    from eagle_probe.versions import parse_version, rules_for
+
+    probe_config = ProbeConfig(**{"flush_interval_s": 0, **config})
+    ranks = Ranks(tp_rank=0, tp_size=1, pp_rank=0) if ranks is None else ranks
+    stream, registry, clock = io.StringIO(), prometheus_client.CollectorRegistry(), Clock()
+
+    def make_metrics(ranks, exporter=True):
+        return MetricsSink(ranks, probe_config.metrics_port, registry=registry, addr=probe_config.metrics_addr)
+
+    recorder = Recorder(probe_config, rules_for(parse_version(rules)), "0.5.23", LogSink(stream=stream),
+                        lambda: ranks, make_metrics, clock=clock)
+    return Probe(recorder, stream, registry, clock)
+
+
+@pytest.fixture
+def make_recorder():
+    """build_recorder: make_recorder(rules=..., ranks=..., **ProbeConfig fields) -> (recorder, stream, registry,
+    clock), a new one on every call."""
+    return build_recorder
 
 
 def pytest_configure(config):

@@ -36,10 +36,6 @@ AUX_ARGS = ("--speculative-algorithm", "EAGLE3", "--enable-return-aux-hidden-sta
             "--return-aux-hidden-state-layer-ids", "1", "3", "4")
 
 
-def pytest_configure(config):
-    config.addinivalue_line("markers", "spec: needs the speculative server's acceptance metrics")
-
-
 def find_prometheus():
     """(prometheus, promtool) paths, installing Debian's package through scripts/system-deps.sh when root."""
     def which():

@@ -2,24 +2,17 @@
 methods and skips a method of another shape with one event and a metric (never wrapping it); the contract claims
 about the hand-off hold on the installed source and break when they name something else."""
 
-import io
 import json
 
-import prometheus_client
 import pytest
 
 from eagle_probe.commands.contract import SourceTree
 from eagle_probe.commands.contract.rule_checks import passes_argument, reads_attribute
 from eagle_probe.commands.contract.rules import _worker_boundary_claims
-from eagle_probe.config import ProbeConfig
 from eagle_probe.observations import Ranks
 from eagle_probe.runtime.integrations import eagle_worker
 from eagle_probe.runtime.patcher import Integration, Patcher, PatchTarget
-from eagle_probe.runtime.recorder import Recorder
-from eagle_probe.runtime.sinks.logs import LogSink
-from eagle_probe.runtime.sinks.metrics import MetricsSink
 from eagle_probe.runtime.state import STATE
-from eagle_probe.versions import parse_version, rules_for
 
 
 @pytest.fixture(scope="module")
@@ -37,12 +30,10 @@ def test_the_real_methods_take_what_the_wrappers_read(worker_module):
     assert problem == "takes (batch, batch_result) where the probe reads (batch, target_hidden_states)"
 
 
-def test_a_method_of_another_signature_is_skipped_with_one_event_and_a_metric(worker_module, monkeypatch):
-    stream, registry = io.StringIO(), prometheus_client.CollectorRegistry()
+def test_a_method_of_another_signature_is_skipped_with_one_event_and_a_metric(worker_module, make_recorder,
+                                                                              monkeypatch):
     ranks = Ranks(tp_rank=0, tp_size=1, pp_rank=0, dp_rank=None)
-    recorder = Recorder(ProbeConfig(flush_interval_s=0), rules_for(parse_version("0.5.23")), "0.5.23",
-                        LogSink(stream=stream), lambda: ranks,
-                        lambda ranks, exporter=True: MetricsSink(ranks, registry=registry))
+    recorder, stream, registry, _ = make_recorder(ranks=ranks)
     monkeypatch.setattr(STATE, "recorder", recorder)
     cls = worker_module.EagleDraftWorker
     before = vars(cls)["_draft_extend_for_prefill"]

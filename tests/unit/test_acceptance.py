@@ -1,19 +1,12 @@
 """Acceptance statistics and their metrics, on plain numbers (pure logic; the wrap point is proven on a real server)."""
 
-import io
 import json
 
-import prometheus_client
 import pytest
 
 from eagle_probe.analysis.acceptance import AcceptanceWindow, expected_mean_length
 from eagle_probe.analysis.draft_weights import unconsumed_weights
-from eagle_probe.config import ProbeConfig
-from eagle_probe.observations import Ranks, VerifyStep
-from eagle_probe.runtime.recorder import Recorder
-from eagle_probe.runtime.sinks.logs import LogSink
-from eagle_probe.runtime.sinks.metrics import MetricsSink
-from eagle_probe.versions import parse_version, rules_for
+from eagle_probe.observations import VerifyStep
 
 
 def test_window_follows_vllm_definitions():
@@ -32,21 +25,11 @@ def test_expected_length_is_geometric():
     assert expected_mean_length((0.5,), 2) == pytest.approx(1 + 0.5 + 0.25)
 
 
-def make_recorder(**config):
-    stream, registry = io.StringIO(), prometheus_client.CollectorRegistry()
-    clock = [0.0]
-    recorder = Recorder(ProbeConfig(flush_interval_s=0, **config), rules_for(parse_version("0.5.23")), "0.5.23",
-                        LogSink(stream=stream),
-                        lambda: Ranks(tp_rank=0, tp_size=1, pp_rank=0),
-                        lambda ranks, exporter=True: MetricsSink(ranks, registry=registry), clock=lambda: clock[0])
-    return recorder, stream, registry, clock
-
-
 def sample(registry, name, **labels):
     return registry.get_sample_value(name, dict(tp_rank="0", pp_rank="0", dp_rank="", node_rank="", host="", **labels))
 
 
-def test_metrics_match_the_steps_exactly():
+def test_metrics_match_the_steps_exactly(make_recorder):
     recorder, _, registry, _ = make_recorder()
     recorder.verify_step(VerifyStep((2, 0, 1), 2))
     recorder.flush_metrics()
@@ -68,14 +51,14 @@ def test_metrics_match_the_steps_exactly():
     assert sample(registry, "eagle_probe_spec_accepted_length_sum") == 5
 
 
-def test_periodic_event_and_collapse_finding_with_causes():
+def test_periodic_event_and_collapse_finding_with_causes(make_recorder):
     recorder, stream, _, clock = make_recorder(summary_interval_s=10, draft_accuracy=(0.8,), collapse_min_drafts=4)
     recorder.finding(__import__("eagle_probe.analysis.findings", fromlist=["x"])._finding(
         "tbo_capture_lost", "slots lost", lost=[2]), "target")
     for _ in range(4):
         recorder.verify_step(VerifyStep((0, 1), 3))
     assert not [line for line in stream.getvalue().splitlines() if "eagle_probe.acceptance" in line]
-    clock[0] = 11
+    clock.now = 11
     recorder.verify_step(VerifyStep((0,), 3, "sglang.srt.speculative.eagle_worker.EAGLEWorker.verify"))
     events = [json.loads(line) for line in stream.getvalue().splitlines()]
     [acceptance] = [e for e in events if e["event"] == "eagle_probe.acceptance"]
@@ -87,13 +70,13 @@ def test_periodic_event_and_collapse_finding_with_causes():
     assert "tbo_capture_lost" in collapse["message"]
 
 
-def test_quiet_intervals_are_carried_into_one_judged_window():
+def test_quiet_intervals_are_carried_into_one_judged_window(make_recorder):
     """Three summary intervals of 3 request-steps each, under a minimum of 8: no interval alone can be judged; the
     third carries the first two and collapses over all 9 (on a quiet server every interval may hold too few)."""
     recorder, stream, _, clock = make_recorder(summary_interval_s=10, draft_accuracy=(0.9,), collapse_min_drafts=8)
     for interval in range(3):
         recorder.verify_step(VerifyStep((0, 0, 0), 3))
-        clock[0] = 11 * (interval + 1)
+        clock.now = 11 * (interval + 1)
         recorder.periodic.tick_if_due()
         collapses = [json.loads(line) for line in stream.getvalue().splitlines() if "acceptance_collapse" in line]
         assert len(collapses) == (1 if interval == 2 else 0)
@@ -103,10 +86,10 @@ def test_quiet_intervals_are_carried_into_one_judged_window():
     assert collapse["evidence"]["drafts"] == 9
 
 
-def test_no_collapse_when_acceptance_matches_training():
+def test_no_collapse_when_acceptance_matches_training(make_recorder):
     recorder, stream, _, clock = make_recorder(summary_interval_s=1, draft_accuracy=(0.5,), collapse_min_drafts=1)
     recorder.verify_step(VerifyStep((1, 2, 0, 1), 2))
-    clock[0] = 2
+    clock.now = 2
     recorder.verify_step(VerifyStep((1,), 2))
     assert "acceptance_collapse" not in stream.getvalue()
 

@@ -4,7 +4,7 @@ import pytest
 
 from eagle_probe.analysis.acceptance import AcceptanceWindow, expected_mean_length_mixed
 from eagle_probe.observations import VerifyStep
-from tests.unit.test_acceptance import make_recorder, sample
+from tests.unit.test_acceptance import sample
 
 # An adaptive server's steps: depth 1, then 3, then 0 (a width-1 verify, no draft), two requests each but the last.
 STEPS = (VerifyStep((1, 0), 1), VerifyStep((3, 2), 3), VerifyStep((0,), 0))
@@ -59,7 +59,7 @@ def test_expected_length_follows_the_depth_mix():
     assert expected_mean_length_mixed((0.5,), {}) is None
 
 
-def test_series_count_each_depth_and_what_drafted_each_position():
+def test_series_count_each_depth_and_what_drafted_each_position(make_recorder):
     recorder, _, registry, _ = make_recorder()
     for step in STEPS:
         recorder.verify_step(step)

@@ -2,12 +2,11 @@
 shows them on logs the real Recorder wrote for verify steps built here (plain records, no SGLang): acceptance_low
 (no promise given), acceptance_past_trained_length, acceptance_bimodal, each silent on its control."""
 
-import io
+import functools
 import json
 import random
 from types import SimpleNamespace
 
-import prometheus_client
 import pytest
 
 from eagle_probe import events as names
@@ -15,12 +14,7 @@ from eagle_probe.analysis import bimodal, field_prior
 from eagle_probe.analysis import trained_length as TL
 from eagle_probe.commands.cli import main
 from eagle_probe.commands.summarize.report import build_report, render_text
-from eagle_probe.config import ProbeConfig
-from eagle_probe.observations import Ranks, VerifyStep
-from eagle_probe.runtime.recorder import Recorder
-from eagle_probe.runtime.sinks.logs import LogSink
-from eagle_probe.runtime.sinks.metrics import MetricsSink
-from eagle_probe.versions import parse_version, rules_for
+from eagle_probe.observations import VerifyStep
 
 # -- the rules ------------------------------------------------------------------------------------------------------
 
@@ -96,15 +90,16 @@ def test_bimodal_split(histogram, expected):
 # -- summarize, on the real Recorder's logs --------------------------------------------------------------------------
 
 
-def _logs(accept, requests=40, steps=6, prompt=lambda i: 10, positions=2, seed=0):
+@pytest.fixture
+def logs(make_recorder):
+    """_logs on a new Recorder: logs(accept, requests=..., ...) -> its JSON lines."""
+    return functools.partial(_logs, make_recorder)
+
+
+def _logs(make_recorder, accept, requests=40, steps=6, prompt=lambda i: 10, positions=2, seed=0):
     """Verify steps of `requests` requests served one after another; accept(request index, position, rng) -> the
     drafts accepted. The Recorder's JSON lines, parsed."""
-    stream = io.StringIO()
-    clock = [0.0]
-    recorder = Recorder(ProbeConfig(flush_interval_s=0), rules_for(parse_version("0.5.23")), "0.5.23",
-                        LogSink(stream=stream), lambda: Ranks(tp_rank=0, tp_size=1, pp_rank=0),
-                        lambda ranks, exporter=True: MetricsSink(ranks, registry=prometheus_client.CollectorRegistry()),
-                        clock=lambda: clock[0])
+    recorder, stream, _, clock = make_recorder()
     rng = random.Random(seed)
     for i in range(requests):
         r = SimpleNamespace(origin_input_ids=[0] * prompt(i), cached_tokens=0, finished_reason=None)
@@ -115,12 +110,12 @@ def _logs(accept, requests=40, steps=6, prompt=lambda i: 10, positions=2, seed=0
                 r.finished_reason = "stop"
             recorder.verify_step(VerifyStep([accepted], positions + 1, "t", [r], 1, False))
             position += accepted + 1
-        clock[0] += 1.0
+        clock.now += 1.0
         recorder.periodic.tick()
-    clock[0] += 100.0
+    clock.now += 100.0
     recorder.periodic.tick()
     recorder.flush_metrics()
-    clock[0] += 100.0
+    clock.now += 100.0
     recorder.periodic.tick()
     return [json.loads(line) for line in stream.getvalue().splitlines()]
 
@@ -133,8 +128,8 @@ def _chain(p):
     return lambda i, position, rng: (1 + (rng.random() < p)) if rng.random() < p else 0
 
 
-def test_the_example_case_is_named_acceptance_low_with_checks_and_next_steps():
-    lines = _logs(_chain(0.2))
+def test_the_example_case_is_named_acceptance_low_with_checks_and_next_steps(logs):
+    lines = logs(_chain(0.2))
     report = build_report(lines)
     [low] = [g for g in report["findings"] if g["code"] == "acceptance_low"]
     message = low["last_message"]
@@ -146,14 +141,14 @@ def test_the_example_case_is_named_acceptance_low_with_checks_and_next_steps():
     assert "findings: none" not in render_text(report)
 
 
-def test_a_well_trained_draft_stays_silent():
-    report = build_report(_logs(_chain(0.7)))
+def test_a_well_trained_draft_stays_silent(logs):
+    report = build_report(logs(_chain(0.7)))
     assert "acceptance_low" not in _codes(report)
     assert report["ranks"][0]["acceptance"]["per_position_rate"][0] >= 0.6
 
 
-def test_a_promise_given_leaves_the_verdict_to_training():
-    report = build_report(_logs(_chain(0.2)), draft_accuracy=(0.8,))
+def test_a_promise_given_leaves_the_verdict_to_training(logs):
+    report = build_report(logs(_chain(0.2)), draft_accuracy=(0.8,))
     assert "acceptance_low" not in _codes(report) and "acceptance_below_training" in _codes(report)
 
 
@@ -169,8 +164,8 @@ def _loaded(length, source):
             "model_class": "LlamaForCausalLMEagle3", "trained_length": length, "trained_length_source": source}
 
 
-def test_past_the_trained_length_from_the_load_event_and_from_the_option(capsys, tmp_path):
-    lines = _logs(_position_rule(64, 0.1), requests=40, steps=12, prompt=lambda i: 40)
+def test_past_the_trained_length_from_the_load_event_and_from_the_option(logs, capsys, tmp_path):
+    lines = logs(_position_rule(64, 0.1), requests=40, steps=12, prompt=lambda i: 40)
     pid = next(e["pid"] for e in lines if e["event"] == names.ACCEPTANCE_SLICES)
     report = build_report(lines + [dict(_loaded(64, "SpecForge's training_state.pt (args.max_length)"), pid=pid)])
     [past] = [g for g in report["findings"] if g["code"] == "acceptance_past_trained_length"]
@@ -187,17 +182,17 @@ def test_past_the_trained_length_from_the_load_event_and_from_the_option(capsys,
     assert "--draft-max-length: '0' is not valid" in capsys.readouterr().err
 
 
-def test_acceptance_that_holds_up_past_the_length_names_nothing():
-    lines = _logs(_position_rule(64, 0.75), requests=40, steps=12, prompt=lambda i: 40)
+def test_acceptance_that_holds_up_past_the_length_names_nothing(logs):
+    lines = logs(_position_rule(64, 0.75), requests=40, steps=12, prompt=lambda i: 40)
     assert "acceptance_past_trained_length" not in _codes(build_report(lines, draft_max_length=64))
 
 
-def test_a_subset_of_requests_that_fails_is_named_bimodal():
-    lines = _logs(lambda i, position, rng: 0 if i % 2 else 2, requests=40)
+def test_a_subset_of_requests_that_fails_is_named_bimodal(logs):
+    lines = logs(lambda i, position, rng: 0 if i % 2 else 2, requests=40)
     [group] = [g for g in build_report(lines)["findings"] if g["code"] == "acceptance_bimodal"]
     assert "20 of 40 around <=1.25" in group["last_message"] and "20 around <=3" in group["last_message"]
     assert "No slice the probe counts explains it" in group["last_message"]
-    uniform = _logs(_chain(0.7), requests=40)
+    uniform = logs(_chain(0.7), requests=40)
     assert "acceptance_bimodal" not in _codes(build_report(uniform))
 
 

@@ -1,38 +1,26 @@
 """Recorder logic on plain observations (pure Python; the wrappers are proven on real SGLang elsewhere)."""
 
-import io
 import json
 
-import prometheus_client
+import pytest
 
 from eagle_probe.analysis import findings as F
-from eagle_probe.config import ProbeConfig
 from eagle_probe.observations import CaptureConfigured, Ranks, TargetForward
-from eagle_probe.runtime.recorder import Recorder
-from eagle_probe.runtime.sinks.logs import LogSink
 from eagle_probe.runtime.sinks.metrics import MetricsSink
 from eagle_probe.versions import parse_version, rules_for
 
 RANK1 = dict(tp_rank="1", pp_rank="0", dp_rank="", node_rank="", host="")  # series labels of tp rank 1
 
-RULES_0_5_8, RULES_0_5_23 = rules_for(parse_version("0.5.8")), rules_for(parse_version("0.5.23"))
+RULES_0_5_23 = rules_for(parse_version("0.5.23"))
 
 
-class Clock:
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self):
-        return self.now
-
-
-def make(rules=RULES_0_5_23, interval=60.0, every=False):
-    stream, registry, clock = io.StringIO(), prometheus_client.CollectorRegistry(), Clock()
-    recorder = Recorder(ProbeConfig(summary_interval_s=interval, log_every_forward=every, flush_interval_s=0),
-                        rules, "0.5.23",
-                        LogSink(stream=stream), lambda: Ranks(tp_rank=1, tp_size=2, pp_rank=0, dp_rank=None),
-                        lambda ranks, exporter=True: MetricsSink(ranks, registry=registry), clock=clock)
-    return recorder, stream, registry, clock
+@pytest.fixture
+def make(make_recorder):
+    """This file's recorders: tp rank 1 of 2."""
+    def make_rank1(rules="0.5.23", interval=60.0, every=False):
+        return make_recorder(rules, ranks=Ranks(tp_rank=1, tp_size=2, pp_rank=0, dp_rank=None),
+                             summary_interval_s=interval, log_every_forward=every)
+    return make_rank1
 
 
 def events(stream):
@@ -56,7 +44,7 @@ def config(**kw):
     return CaptureConfigured(**base)
 
 
-def test_forward_logged_on_first_sight_and_change_only():
+def test_forward_logged_on_first_sight_and_change_only(make):
     recorder, stream, registry, _ = make()
     for tokens in (7, 9, 11):
         recorder.target_forward(forward(tokens=tokens))
@@ -69,14 +57,14 @@ def test_forward_logged_on_first_sight_and_change_only():
     assert registry.get_sample_value("eagle_probe_target_forwards_total", labels) == 3
 
 
-def test_every_forward_mode_logs_each_call():
+def test_every_forward_mode_logs_each_call(make):
     recorder, stream, _, _ = make(every=True)
     for tokens in (7, 9, 11):
         recorder.target_forward(forward(tokens=tokens))
     assert sum(e["event"] == "eagle_probe.target.forward" for e in events(stream)) == 3
 
 
-def test_tbo_loss_gives_one_finding_and_counts_every_loss():
+def test_tbo_loss_gives_one_finding_and_counts_every_loss(make):
     recorder, stream, registry, _ = make()
     lost = forward(can_run_tbo=True, normal_range=(0, 1), tbo_range=(1, 6), lost=(2, 4, 5), aux_returned=None,
                    aux_format="error", aux_shape=None, slot_widths=(),
@@ -94,9 +82,9 @@ def test_tbo_loss_gives_one_finding_and_counts_every_loss():
                                      dict(code="tbo_capture_lost", severity="error", role="target", **rank)) == 1
 
 
-def test_graph_setup_defaults_then_configured_ids_is_a_mismatch():
+def test_graph_setup_defaults_then_configured_ids_is_a_mismatch(make):
     # 0.5.8 order: CudaGraphRunner.__init__ sets the defaults, ModelRunner.initialize the configured ids.
-    recorder, stream, _, _ = make(rules=RULES_0_5_8)
+    recorder, stream, _, _ = make(rules="0.5.8")
     recorder.capture_configured(config(requested_ids=None, layers_to_capture=(2, 3, 3), during_graph_setup=True))
     recorder.capture_configured(config(requested_ids=(1, 3, 4), layers_to_capture=(2, 4, 5)))
     found = [e for e in events(stream) if e["event"] == "eagle_probe.finding"]
@@ -105,14 +93,14 @@ def test_graph_setup_defaults_then_configured_ids_is_a_mismatch():
     assert found[0]["evidence"]["eager_layers"] == [2, 4, 5]
 
 
-def test_forward_capture_vs_eager_mismatch():
+def test_forward_capture_vs_eager_mismatch(make):
     recorder, stream, _, _ = make()
     recorder.target_forward(forward(capturing=True, layers_to_capture=(2, 3, 3)))
     recorder.target_forward(forward(capturing=False))
     assert [e["code"] for e in events(stream) if e["event"] == "eagle_probe.finding"] == ["graph_eager_layer_mismatch"]
 
 
-def test_configuration_layer_series_replaced_not_duplicated():
+def test_configuration_layer_series_replaced_not_duplicated(make):
     recorder, _, registry, _ = make()
     recorder.capture_configured(config(requested_ids=(1, 3, 4), layers_to_capture=(2, 4, 5)))
     recorder.capture_configured(config(requested_ids=(0, 2, 3), layers_to_capture=(0, 2, 3)))
@@ -123,15 +111,15 @@ def test_configuration_layer_series_replaced_not_duplicated():
     assert registry.get_sample_value("eagle_probe_capture_layer_info", slot0_new) == 1
 
 
-def test_unreachable_and_unexpected_rule_findings():
-    recorder, stream, _, _ = make(rules=RULES_0_5_8)
+def test_unreachable_and_unexpected_rule_findings(make):
+    recorder, stream, _, _ = make(rules="0.5.8")
     # 0.5.8 predicts +1 always; (0, 2, 3) from ids (0, 2, 3) is not what it would do, and index 0 crashes there.
     recorder.capture_configured(config(requested_ids=(0, 2, 3), layers_to_capture=(0, 2, 3)))
     codes = sorted(e["code"] for e in events(stream) if e["event"] == "eagle_probe.finding")
     assert codes == ["capture_id_unreachable", "capture_rule_unexpected"]
 
 
-def test_summary_follows_the_interval():
+def test_summary_follows_the_interval(make):
     recorder, stream, _, clock = make(interval=10.0)
     recorder.target_forward(forward())
     clock.now = 5.0
@@ -143,7 +131,7 @@ def test_summary_follows_the_interval():
     assert len(summary) == 1 and summary[0]["forwards"][0]["count"] == 3
 
 
-def test_metrics_sink_that_raises_is_counted_not_propagated(monkeypatch):
+def test_metrics_sink_that_raises_is_counted_not_propagated(make, monkeypatch):
     recorder, stream, registry, _ = make()
     recorder.target_forward(forward())  # starts the metrics sink
 
@@ -161,7 +149,7 @@ def test_metrics_sink_that_raises_is_counted_not_propagated(monkeypatch):
                                      dict(where="metrics.add_forwards", **RANK1)) == 2
 
 
-def test_skips_before_ranks_are_exported_once_metrics_start():
+def test_skips_before_ranks_are_exported_once_metrics_start(make):
     recorder, stream, registry, _ = make()
     recorder.integration_skipped("deepseek_v2", "m.Missing.forward", "not found")
     assert registry.get_sample_value("eagle_probe_integration_skipped_total",
@@ -173,7 +161,7 @@ def test_skips_before_ranks_are_exported_once_metrics_start():
                                           tp_rank="1", pp_rank="0", dp_rank="", node_rank="", host="")) == 1
 
 
-def test_failing_log_sink_is_counted_and_metrics_carry_on():
+def test_failing_log_sink_is_counted_and_metrics_carry_on(make):
     recorder, stream, registry, _ = make()
 
     def unusable(*args, **kwargs):
@@ -188,7 +176,7 @@ def test_failing_log_sink_is_counted_and_metrics_carry_on():
     assert registry.get_sample_value("eagle_probe_internal_errors_total", dict(where="logs.emit", **rank)) >= 2
 
 
-def test_repeated_capture_index_is_named_as_the_cause_of_a_short_aux_list():
+def test_repeated_capture_index_is_named_as_the_cause_of_a_short_aux_list(make):
     recorder, stream, _, _ = make()
     recorder.target_forward(forward(mode="TARGET_VERIFY", layers_to_capture=(2, 3, 3), aux_returned=2,
                                     aux_format="list", aux_shape=None, slot_widths=(64, 64)))
@@ -217,7 +205,7 @@ def test_a_call_before_graph_capture_is_not():
     assert not [f for f in F.capture_config_findings(config(), RULES_0_5_23) if f.code == F.CAPTURE_AFTER_GRAPH]
 
 
-def test_the_recorder_reports_it_once():
+def test_the_recorder_reports_it_once(make):
     recorder, stream, _, _ = make()
     for _ in range(2):
         recorder.capture_configured(config(graphs_captured=("PrefillCudaGraphRunner", "DecodeCudaGraphRunner")))

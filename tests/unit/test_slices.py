@@ -2,24 +2,17 @@
 slice, its metrics, event and summarize output (pure logic on plain records; tests/e2e/test_spec_server.py proves
 the counts against a real server's)."""
 
-import io
 import json
 import random
 from types import SimpleNamespace
-
-import prometheus_client
 
 from eagle_probe import events as names
 from eagle_probe.analysis import slices as S
 from eagle_probe.commands.summarize.fields import field_problem
 from eagle_probe.commands.summarize.report import build_report, render_text
-from eagle_probe.config import ProbeConfig
-from eagle_probe.observations import Ranks, VerifyStep
-from eagle_probe.runtime.recorder import Recorder
-from eagle_probe.runtime.sinks.logs import LogSink
-from eagle_probe.runtime.sinks.metrics import MetricsSink
+from eagle_probe.observations import VerifyStep
 from eagle_probe.runtime.slice_counter import SliceCounter
-from eagle_probe.versions import parse_version, rules_for
+from tests.unit.test_acceptance import sample
 
 
 def req(prompt=10, cached=0):
@@ -164,19 +157,6 @@ def test_random_traffic_of_one_rate_does_not_fire():
     assert fired == 0
 
 
-def make_recorder():
-    stream, registry = io.StringIO(), prometheus_client.CollectorRegistry()
-    clock = [0.0]
-    recorder = Recorder(ProbeConfig(flush_interval_s=0), rules_for(parse_version("0.5.23")), "0.5.23",
-                        LogSink(stream=stream), lambda: Ranks(tp_rank=0, tp_size=1, pp_rank=0),
-                        lambda ranks, exporter=True: MetricsSink(ranks, registry=registry), clock=lambda: clock[0])
-    return recorder, stream, registry, clock
-
-
-def sample(registry, name, **labels):
-    return registry.get_sample_value(name, dict(tp_rank="0", pp_rank="0", dp_rank="", node_rank="", host="", **labels))
-
-
 def _serve(recorder, rounds=80):
     """Cache hits accept nothing at position 0 half as often as the rest; a request finishes after 5 steps."""
     rng = random.Random(1)
@@ -191,7 +171,7 @@ def _serve(recorder, rounds=80):
             reqs = reqs[2:]
 
 
-def test_recorder_counts_slices_into_metrics_event_and_finding():
+def test_recorder_counts_slices_into_metrics_event_and_finding(make_recorder):
     recorder, stream, registry, clock = make_recorder()
     _serve(recorder)
     recorder.flush_metrics()
@@ -208,7 +188,7 @@ def test_recorder_counts_slices_into_metrics_event_and_finding():
     assert hits0 + misses0 == sample(registry, "eagle_probe_spec_accepted_tokens_per_pos_total", position="0")
     assert sum(sample(registry, "eagle_probe_spec_requests_by_accept_length_total", bucket=b) or 0
                for b in S.REQUEST_LENGTH_BUCKETS) > 0
-    clock[0] = 100.0
+    clock.now = 100.0
     recorder.periodic.tick()
     lines = [json.loads(line) for line in stream.getvalue().splitlines()]
     event = [e for e in lines if e["event"] == names.ACCEPTANCE_SLICES][-1]
@@ -227,10 +207,10 @@ def test_recorder_counts_slices_into_metrics_event_and_finding():
     json.dumps(report)
 
 
-def test_summarize_names_a_low_slice_the_probe_did_not_log():
+def test_summarize_names_a_low_slice_the_probe_did_not_log(make_recorder):
     recorder, stream, _, clock = make_recorder()
     _serve(recorder)
-    clock[0] = 100.0
+    clock.now = 100.0
     recorder.periodic.tick()
     lines = [json.loads(line) for line in stream.getvalue().splitlines()
              if '"acceptance_slice_low"' not in line]  # e.g. logs of a probe before this check
