@@ -220,45 +220,59 @@ def config_findings(target: TargetSpec, draft: DraftSpec, rules: VersionRules, l
                     trained_hf: Sequence[int] | None = None,
                     prediction: Prediction | None = None) -> list[Finding]:
     pred = prediction or predict(target, draft, rules, launch)
+    out: list[Finding] = []
+    if launch.algorithm == EAGLE3 and draft.use_aux_hidden_state:
+        out += _capture_findings(target, draft, rules, launch, trained_hf, pred)
+    out += _fc_input_findings(target, draft, rules, launch, pred)
+    out += _ignored_config_findings(draft, rules)
+    return out
+
+
+def _capture_findings(target: TargetSpec, draft: DraftSpec, rules: VersionRules, launch: LaunchSpec,
+                      trained_hf: Sequence[int] | None, pred: Prediction) -> list[Finding]:
+    """What the predicted capture set-up of each path gets wrong (an EAGLE-3 draft fed aux states)."""
     n, cls = target.num_layers, target.model_class
     out: list[Finding] = []
     base = [p for p in pred.paths if "+tbo" not in p.name]
-
-    if launch.algorithm == EAGLE3 and draft.use_aux_hidden_state:
-        eager = base[0]
-        # Unreachable ids: the probe's own configuration rule on the predicted setter call.
-        seen_configs = set()
+    eager = base[0]
+    # Unreachable ids: the probe's own configuration rule on the predicted setter call.
+    seen_configs = set()
+    for p in base:
+        if p.configured in seen_configs:
+            continue
+        seen_configs.add(p.configured)
+        obs = CaptureConfigured(cls, "target", p.requested_ids, p.configured, n, target.first_k_dense_replace,
+                                0, n, True, "eagle-probe doctor (predicted)", p.name == "cuda_graph")
+        out.extend(f for f in capture_config_findings(obs, rules, target.family)
+                   if f.code != "capture_rule_unexpected")
+    graph = next((p for p in base if p.name == "cuda_graph"), None)
+    if graph is not None:
+        out.extend(graph_eager_findings(cls, graph.configured, eager.configured, "configuration (predicted)", n))
+    for p in base:
+        out.extend(pp_findings(cls, p, pred.stage_range, launch.pp_size, n))
+    for p in pred.paths:
+        out.extend(tbo_findings(cls, p))
+    ids, source, _ = draft.ids_read()
+    if ids is not None:
+        named, _ = apply_capture_rule(rules.capture_id_rule, ids, n, target.family)
+        differ = ids_differ_finding(draft.model_class, ids, source, draft.layer_ids, named, eager.configured, n)
+        if differ is not None:
+            out.append(_with_context(differ, "(predicted) ", path="eager"))
+    if trained_hf is not None:
+        groups = {}
         for p in base:
-            if p.configured in seen_configs:
-                continue
-            seen_configs.add(p.configured)
-            obs = CaptureConfigured(cls, "target", p.requested_ids, p.configured, n, target.first_k_dense_replace,
-                                    0, n, True, "eagle-probe doctor (predicted)", p.name == "cuda_graph")
-            out.extend(f for f in capture_config_findings(obs, rules, target.family)
-                       if f.code != "capture_rule_unexpected")
-        graph = next((p for p in base if p.name == "cuda_graph"), None)
-        if graph is not None:
-            out.extend(graph_eager_findings(cls, graph.configured, eager.configured, "configuration (predicted)", n))
-        for p in base:
-            out.extend(pp_findings(cls, p, pred.stage_range, launch.pp_size, n))
-        for p in pred.paths:
-            out.extend(tbo_findings(cls, p))
-        ids, source, _ = draft.ids_read()
-        if ids is not None:
-            named, _ = apply_capture_rule(rules.capture_id_rule, ids, n, target.family)
-            differ = ids_differ_finding(draft.model_class, ids, source, draft.layer_ids, named, eager.configured, n)
-            if differ is not None:
-                out.append(_with_context(differ, "(predicted) ", path="eager"))
-        if trained_hf is not None:
-            groups = {}
-            for p in base:
-                groups.setdefault(p.captured, []).append(p.name)
-            for captured, names in groups.items():
-                req = next(p.requested_ids for p in base if p.captured == captured)
-                for f in layer_mismatch_findings(captured=captured, trained_hf=trained_hf, num_layers=n,
-                                                 rules=rules, requested_ids=req, family=target.family):
-                    out.append(_with_context(f, f"{cls} ({' and '.join(names)}): ", path=" and ".join(names)))
+            groups.setdefault(p.captured, []).append(p.name)
+        for captured, names in groups.items():
+            req = next(p.requested_ids for p in base if p.captured == captured)
+            for f in layer_mismatch_findings(captured=captured, trained_hf=trained_hf, num_layers=n,
+                                             rules=rules, requested_ids=req, family=target.family):
+                out.append(_with_context(f, f"{cls} ({' and '.join(names)}): ", path=" and ".join(names)))
+    return out
 
+
+def _fc_input_findings(target: TargetSpec, draft: DraftSpec, rules: VersionRules, launch: LaunchSpec,
+                       pred: Prediction) -> list[Finding]:
+    out: list[Finding] = []
     # What reaches the draft's fc on each path.
     # 0.5.23's packer raises on a short count (reported above), so nothing reaches the draft on such a path;
     # 0.5.8 passes the shorter list on.
@@ -287,7 +301,11 @@ def config_findings(target: TargetSpec, draft: DraftSpec, rules: VersionRules, l
             else:
                 prefix = f"(predicted, {p.name}) "
             out.append(_with_context(f, prefix, path=p.name))
+    return out
 
+
+def _ignored_config_findings(draft: DraftSpec, rules: VersionRules) -> list[Finding]:
+    out: list[Finding] = []
     # Draft config that this release (or this draft class) ignores.
     if draft.norm_before_fc and not draft_class(draft.model_class).reads_norm_before_fc:
         out.append(_finding(

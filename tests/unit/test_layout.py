@@ -77,13 +77,43 @@ def test_commands_read_dumps_through_the_shared_format(path):
     assert not [n for n in imported_names(path) if n.startswith("eagle_probe.runtime.values.dump")]
 
 
-# Small modules with one job each: the serving side stays readable at once, the commands close to it.
-SIZE_LIMITS = {"runtime": 250, "commands": 400}
+MAX_FUNCTION_LINES = 60
+MAX_PARAMETERS = 8
+# Functions over the limits that are still to be split (path:name): each must still be over them, so that the list
+# only shrinks. Recorder.__init__ takes 9 parameters until runtime/install.py, its caller, passes fewer.
+PENDING = {"analysis/config_rules.py:speculation_report", "commands/contract/rules.py:_rule_claims",
+           "commands/summarize/html_report.py:render_html", "commands/summarize/report.py:build_report",
+           "commands/summarize/report.py:render_text", "runtime/recorder.py:__init__"}
 
 
-@pytest.mark.parametrize("folder", sorted(SIZE_LIMITS))
-def test_no_module_outgrows_its_folder_limit(folder):
-    limit = SIZE_LIMITS[folder]
-    sizes = {str(p.relative_to(PACKAGE)): len(p.read_text(encoding="utf-8").splitlines())
-             for p in PACKAGE.glob(f"{folder}/**/*.py")}
-    assert {path: n for path, n in sizes.items() if n > limit} == {}
+def _functions(path: pathlib.Path):
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield node
+
+
+def _parameters(node) -> list[str]:
+    args = node.args
+    names = [a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)]
+    names += [a.arg for a in (args.vararg, args.kwarg) if a is not None]
+    return names[1:] if names[:1] in (["self"], ["cls"]) else names
+
+
+def test_no_function_outgrows_its_limits():
+    """Every function and method in eagle_probe/ spans at most 60 lines (from its `def`, decorators not counted, to
+    its last line, docstring and comments included) and takes at most 8 parameters (positional, keyword-only,
+    *args and **kwargs each count one; self and cls do not). A longer function is split into named steps; a builder
+    with more inputs takes a small dataclass of them."""
+    over, pending = [], set()
+    for path in sorted(PACKAGE.glob("**/*.py")):
+        for node in _functions(path):
+            lines, params = node.end_lineno - node.lineno + 1, len(_parameters(node))
+            if lines <= MAX_FUNCTION_LINES and params <= MAX_PARAMETERS:
+                continue
+            name = f"{path.relative_to(PACKAGE)}:{node.name}"
+            if name in PENDING:
+                pending.add(name)
+            else:
+                over.append(f"{name} (line {node.lineno}): {lines} lines, {params} parameters")
+    assert over == []
+    assert pending == PENDING, f"within the limits now, drop from PENDING: {sorted(PENDING - pending)}"

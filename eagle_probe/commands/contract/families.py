@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import ast
 import sys
+from functools import partial
 
 from ... import families, versions
 from .claims import Claim
@@ -60,111 +61,114 @@ def _own_setter_facts(src: SourceTree, dotted: str):
     return setter_facts(node), None
 
 
+def _setter_check(row: families.Family, dotted: str, src: SourceTree):
+    facts, missing = _own_setter_facts(src, dotted)
+    if missing:
+        return missing
+    wrong = list(facts.problems or ())
+    if facts.rule != row.rule:
+        wrong.append(f"rule is {facts.rule}, not {row.rule}")
+    if facts.default != row.default_ids:
+        wrong.append(f"default is {facts.default}, not {row.default_ids}")
+    if row.n_source is not None and facts.n_source != row.n_source:
+        wrong.append(f"N is read from {facts.n_source}, not {row.n_source}")
+    if facts.pp_guard != row.pp_guard:
+        wrong.append(f"PP guard {'present' if facts.pp_guard else 'absent'}")
+    return "; ".join(wrong) or None
+
+
+def _delegate_check(dotted: str, src: SourceTree):
+    facts, missing = _own_setter_facts(src, dotted)
+    if missing:
+        return missing
+    return None if facts.delegate is not None else f"does not hand the ids on unchanged ({facts.sinks})"
+
+
+def _inherit_check(row: families.Family, dotted: str, src: SourceTree):
+    module, cls = _split(dotted)
+    if find_name(src, module, cls) is None:
+        return None  # not in this release (the list is read from 0.5.23)
+    node, found = _setter_node(src, dotted)
+    if node is None:
+        return f"{dotted} has no {SETTER}"
+    if _own_setter(src, dotted) is not None:
+        return f"{dotted} defines its own {SETTER}"
+    wanted = {_split(c)[0] for c in row.classes}
+    return None if found.module in wanted else f"inherits it from {found.where}"
+
+
+def _inner_setter_check(row: families.Family, src: SourceTree):
+    node, _ = _setter_node(src, row.inner_setter)
+    if node is None:
+        return f"{row.inner_setter}.{SETTER} not found"
+    params = [a.arg for a in node.args.args][1:]
+    assigns = [n for n in ast.walk(node) if isinstance(n, ast.Assign)
+               and ast.unparse(n.targets[0]) == "self.layers_to_capture"
+               and params and ast.unparse(n.value) == params[0]]
+    bounded = "len(self.layers)" in ast.unparse(node) or "< len(" in ast.unparse(node)
+    if not assigns:
+        return "does not store the positions as given"
+    if bounded == row.final_raises:
+        return (f"flags self.layers[p] {'with' if bounded else 'without'} a bounds check (table: position "
+                f"N {'raises IndexError' if row.final_raises else 'is skipped'})")
+    return None
+
+
+def _link_check(inner_cls: str, dotted: str, src: SourceTree):
+    module, cls = _split(dotted)
+    found = find_name(src, module, cls)
+    if found is None or not isinstance(found.node, ast.ClassDef):
+        return f"class {dotted} not found"
+    names = {n.id for n in ast.walk(found.node) if isinstance(n, ast.Name)} | {
+        n.attr for n in ast.walk(found.node) if isinstance(n, ast.Attribute)}
+    return None if inner_cls in names else f"{cls} never names {inner_cls}"
+
+
+def _forward_check(row: families.Family, src: SourceTree):
+    module, cls = _split(row.inner)
+    found = find(src, module, f"{cls}.forward")
+    if found is None or not isinstance(found.node, ast.FunctionDef):
+        return f"{row.inner}.forward not found"
+    facts = forward_facts(found.node)
+    wrong = list(facts.problems)
+    if facts.capture_how != row.capture_how:
+        wrong.append(f"captures by {facts.capture_how}, not {row.capture_how}")
+    if facts.captures is not None and facts.captures != row.captures:
+        wrong.append(f"captures the {facts.captures}, not the {row.captures}")
+    if facts.embedding_capturable is not None and facts.embedding_capturable != row.embedding_capturable:
+        wrong.append(f"embedding capturable: {facts.embedding_capturable}")
+    if facts.final_capturable != row.final_capturable:
+        wrong.append(f"final layer's output captured after the loop: {facts.final_capturable}")
+    if facts.tbo != row.tbo:
+        wrong.append(f"TBO: {facts.tbo}, not {row.tbo}")
+    return "; ".join(wrong) or None
+
+
 def family_claims(row: families.Family, release: str) -> list[Claim]:
     """Claims that `row` describes `release`'s source."""
     out: list[Claim] = []
     for dotted in row.classes:
-        def setter_check(src, dotted=dotted):
-            facts, missing = _own_setter_facts(src, dotted)
-            if missing:
-                return missing
-            wrong = []
-            if facts.problems:
-                wrong += facts.problems
-            if facts.rule != row.rule:
-                wrong.append(f"rule is {facts.rule}, not {row.rule}")
-            if facts.default != row.default_ids:
-                wrong.append(f"default is {facts.default}, not {row.default_ids}")
-            if row.n_source is not None and facts.n_source != row.n_source:
-                wrong.append(f"N is read from {facts.n_source}, not {row.n_source}")
-            if facts.pp_guard != row.pp_guard:
-                wrong.append(f"PP guard {'present' if facts.pp_guard else 'absent'}")
-            return "; ".join(wrong) or None
-
         out.append(_claim(release, row, f"{dotted}.{SETTER} maps ids by {row.rule}, defaults to {row.default_ids}, "
                           f"{'returns early off the last PP rank' if row.pp_guard else 'has no PP guard'}",
-                          setter_check))
+                          partial(_setter_check, row, dotted)))
     for dotted in row.delegates:
-        def delegate_check(src, dotted=dotted):
-            facts, missing = _own_setter_facts(src, dotted)
-            if missing:
-                return missing
-            return None if facts.delegate is not None else f"does not hand the ids on unchanged ({facts.sinks})"
-
         out.append(_claim(release, row, f"{dotted}.{SETTER} hands the ids unchanged to its language model",
-                          delegate_check))
+                          partial(_delegate_check, dotted)))
     for dotted in row.inherited:
-        def inherit_check(src, dotted=dotted):
-            module, cls = _split(dotted)
-            if find_name(src, module, cls) is None:
-                return None  # not in this release (the list is read from 0.5.23)
-            node, found = _setter_node(src, dotted)
-            if node is None:
-                return f"{dotted} has no {SETTER}"
-            if _own_setter(src, dotted) is not None:
-                return f"{dotted} defines its own {SETTER}"
-            wanted = {_split(c)[0] for c in row.classes}
-            return None if found.module in wanted else f"inherits it from {found.where}"
-
         out.append(_claim(release, row, f"{dotted} (where it exists) inherits {SETTER} from the family's class",
-                          inherit_check))
+                          partial(_inherit_check, row, dotted)))
     if row.inner_setter is not None:
-        def inner_setter_check(src):
-            node, _ = _setter_node(src, row.inner_setter)
-            if node is None:
-                return f"{row.inner_setter}.{SETTER} not found"
-            params = [a.arg for a in node.args.args][1:]
-            assigns = [n for n in ast.walk(node) if isinstance(n, ast.Assign)
-                       and ast.unparse(n.targets[0]) == "self.layers_to_capture"
-                       and params and ast.unparse(n.value) == params[0]]
-            bounded = "len(self.layers)" in ast.unparse(node) or "< len(" in ast.unparse(node)
-            if not assigns:
-                return "does not store the positions as given"
-            if bounded == row.final_raises:
-                return (f"flags self.layers[p] {'with' if bounded else 'without'} a bounds check (table: position "
-                        f"N {'raises IndexError' if row.final_raises else 'is skipped'})")
-            return None
-
         out.append(_claim(release, row, f"{row.inner_setter}.{SETTER} stores the positions as given and flags "
                           f"self.layers[p] {'unchecked (position N raises IndexError)' if row.final_raises else ''}",
-                          inner_setter_check))
-
+                          partial(_inner_setter_check, row)))
     inner_cls = row.inner.rpartition(".")[2]
     for dotted in row.classes:
-        def link_check(src, dotted=dotted):
-            module, cls = _split(dotted)
-            found = find_name(src, module, cls)
-            if found is None or not isinstance(found.node, ast.ClassDef):
-                return f"class {dotted} not found"
-            names = {n.id for n in ast.walk(found.node) if isinstance(n, ast.Name)} | {
-                n.attr for n in ast.walk(found.node) if isinstance(n, ast.Attribute)}
-            return None if inner_cls in names else f"{cls} never names {inner_cls}"
-
-        out.append(_claim(release, row, f"{dotted} builds its model from {row.inner}", link_check))
-
-    def forward_check(src):
-        module, cls = _split(row.inner)
-        found = find(src, module, f"{cls}.forward")
-        if found is None or not isinstance(found.node, ast.FunctionDef):
-            return f"{row.inner}.forward not found"
-        facts = forward_facts(found.node)
-        wrong = list(facts.problems)
-        if facts.capture_how != row.capture_how:
-            wrong.append(f"captures by {facts.capture_how}, not {row.capture_how}")
-        if facts.captures is not None and facts.captures != row.captures:
-            wrong.append(f"captures the {facts.captures}, not the {row.captures}")
-        if facts.embedding_capturable is not None and facts.embedding_capturable != row.embedding_capturable:
-            wrong.append(f"embedding capturable: {facts.embedding_capturable}")
-        if facts.final_capturable != row.final_capturable:
-            wrong.append(f"final layer's output captured after the loop: {facts.final_capturable}")
-        if facts.tbo != row.tbo:
-            wrong.append(f"TBO: {facts.tbo}, not {row.tbo}")
-        return "; ".join(wrong) or None
-
+        out.append(_claim(release, row, f"{dotted} builds its model from {row.inner}",
+                          partial(_link_check, inner_cls, dotted)))
     out.append(_claim(release, row, f"{row.inner}.forward captures the {row.captures} by {row.capture_how} (embedding "
                       f"{'capturable' if row.embedding_capturable else 'not capturable'}, final layer "
                       f"{'capturable' if row.final_capturable else 'never captured'}), TBO: {row.tbo}",
-                      forward_check))
+                      partial(_forward_check, row)))
     return out
 
 
