@@ -129,11 +129,9 @@ def _rows(name: str, label: str, first: str, changes: Sequence[tuple[str, dict]]
     return out
 
 
-# The releases of the supported range (final and post releases); a row's `last` is the release before the next
-# row's first.
-RELEASES: tuple[Version, ...] = tuple(_v(t) for t in (
-    "0.5.8 0.5.8.post1 0.5.9 0.5.10 0.5.10.post1 0.5.11 0.5.12 0.5.12.post1 0.5.13 0.5.13.post1 0.5.14 0.5.15 "
-    "0.5.15.post1 0.5.16 0.5.17 0.5.18 0.5.19 0.5.20 0.5.21 0.5.22 0.5.23").split())
+# The releases of the supported range (versions.RELEASE_TEXTS, the one table); a row's `last` is the release before
+# the next row's first.
+RELEASES: tuple[Version, ...] = versions.RELEASES
 
 
 def _previous(version: Version) -> Version:
@@ -310,9 +308,9 @@ def _release(version: Version | None) -> Version:
     """The release whose rows describe `version` (None: the newest; outside the range: the nearest end)."""
     if version is None:
         return RELEASES[-1]
-    if version < RELEASES[0]:
+    if version < versions.SUPPORTED_MIN:
         return RELEASES[0]
-    return version if version <= RELEASES[-1][:3] + (99,) else RELEASES[-1]
+    return version if versions.is_supported(version) else RELEASES[-1]
 
 
 def rows_for(version: Version | None) -> list[Family]:

@@ -23,6 +23,7 @@ Where each rule changes (first release with the new behaviour):
 """
 
 import re
+import sys
 from dataclasses import dataclass
 
 Version = tuple[int, int, int, int]  # (major, minor, micro, post)
@@ -37,7 +38,7 @@ DEFAULT_IDS_FORMULA = "[2, n // 2, n - 3]"
 # embedding_capturable): all-layer dumps pass their own collector there for one forward.
 LAYER_CAPTURE_KWARG = "captured_last_layer_outputs"  # n = config.num_hidden_layers; same in every supported release
 
-# Where ranks come from (eagle_probe/ranks.py reads both, newest first).
+# Where ranks come from (eagle_probe/runtime/context/ranks.py reads both, newest first).
 RANKS_PARALLEL_STATE = "parallel_state"  # sglang.srt.distributed.parallel_state getters
 RANKS_RUNTIME_CONTEXT = "runtime_context"  # sglang.srt.runtime_context.get_parallel()
 
@@ -50,13 +51,68 @@ REQ_MODULE = "sglang.srt.managers.schedule_batch"
 RETRACT_HOOK = "Req.reset_for_retract"
 
 
-def parse_version(text: str) -> Version | None:
-    """'0.5.8.post1' -> (0, 5, 8, 1); None when it is not a plain release number."""
-    match = re.fullmatch(r"(\d+)\.(\d+)\.(\d+)(?:\.post(\d+))?(?:[+.-].*)?", text.strip())
+# PEP 440 release numbers of SGLang's form (three components), any spelling PEP 440 normalises; a local label
+# (+cu128) is read past.
+_PEP440 = re.compile(
+    r"v?(\d+)\.(\d+)\.(\d+)"
+    r"(?:[-_.]?(alpha|beta|preview|pre|rc|a|b|c)[-_.]?(\d*))?"
+    r"(?:-(\d+)|[-_.]?(?:post|rev|r)[-_.]?(\d*))?"
+    r"(?:[-_.]?dev[-_.]?(\d*))?"
+    r"(?:\+[a-z0-9]+(?:[-_.][a-z0-9]+)*)?", re.IGNORECASE)
+_PRE_ORDER = {"a": 0, "alpha": 0, "b": 1, "beta": 1}  # the rest (rc, c, pre, preview) are release candidates: 2
+
+
+@dataclass(frozen=True)
+class Release:
+    """A release number as PEP 440 reads it: a final or post release (what the table proves), or a pre-release
+    (a, b, rc) or dev release of one."""
+
+    number: Version  # (major, minor, micro, post); post 0: none
+    pre: tuple[int, int] | None = None  # (0 a, 1 b, 2 rc; its number)
+    dev: int | None = None
+
+    @property
+    def final(self) -> bool:
+        return self.pre is None and self.dev is None
+
+    @property
+    def key(self) -> tuple:
+        """PEP 440's order: X.devN < XaN < XbN < XrcN < X < X.postN.devM < X.postN."""
+        post = self.number[3]
+        pre = self.pre
+        if pre is None:  # a dev release of a final sorts before its pre-releases; a final or post after them
+            pre = (-1, 0) if self.dev is not None and not post else (3, 0)
+        return (*self.number[:3], pre, post or -1, sys.maxsize if self.dev is None else self.dev)
+
+
+def parse_release(text: str) -> Release | None:
+    """'0.5.24rc1' -> Release((0, 5, 24, 0), pre=(2, 1)); None when PEP 440 cannot read it as X.Y.Z[...]."""
+    match = _PEP440.fullmatch(text.strip())
     if not match:
         return None
-    major, minor, micro, post = match.groups()
-    return int(major), int(minor), int(micro), int(post or 0)
+    major, minor, micro, pre_kind, pre_n, post_dash, post_n, dev = match.groups()
+    post = int(post_dash or post_n or 0)  # post0 reads as no post release (the table has none)
+    pre = None if pre_kind is None else (_PRE_ORDER.get(pre_kind.lower(), 2), int(pre_n or 0))
+    return Release((int(major), int(minor), int(micro), post), pre, None if dev is None else int(dev or 0))
+
+
+def parse_version(text: str) -> Version | None:
+    """The release whose rows apply: '0.5.8.post1' -> (0, 5, 8, 1). A pre-release or dev release inside the
+    supported range -> the proven release PEP 440 places it after ('0.5.23rc1' follows 0.5.22: (0, 5, 22, 0)); None
+    for one outside the range, and for text that is not a release number."""
+    release = parse_release(text)
+    if release is None:
+        return None
+    if release.final:
+        return release.number
+    return _proven_before(release)
+
+
+def _proven_before(release: Release) -> Version | None:
+    """The newest proven release at or before `release` in PEP 440's order; None outside the supported range."""
+    if not Release(SUPPORTED_MIN).key <= release.key <= Release(SUPPORTED_MAX[:3] + (99,)).key:
+        return None
+    return [v for v in RELEASES if Release(v).key <= release.key][-1]
 
 
 def format_version(version: Version) -> str:
@@ -193,15 +249,24 @@ class VersionRules:
         }
 
 
-SUPPORTED_MIN: Version = (0, 5, 8, 0)
-SUPPORTED_MAX: Version = (0, 5, 23, 0)
+# The release table: every final and post release of the supported range, oldest first, each read from its wheel
+# and re-proven by the contract check. The one list of them: the range below, families.RELEASES, the contract tests
+# and the first releases of draft_config_keys.READS come from it; tests/unit/test_release_table.py holds what code
+# cannot derive (requirements/, scripts/, the rows' `tested` tiers) to it. docs/releases-new.md: adding a release.
+RELEASE_TEXTS: tuple[str, ...] = tuple((
+    "0.5.8 0.5.8.post1 0.5.9 0.5.10 0.5.10.post1 0.5.11 0.5.12 0.5.12.post1 0.5.13 0.5.13.post1 0.5.14 0.5.15 "
+    "0.5.15.post1 0.5.16 0.5.17 0.5.18 0.5.19 0.5.20 0.5.21 0.5.22 0.5.23").split())
+RELEASES: tuple[Version, ...] = tuple(parse_release(t).number for t in RELEASE_TEXTS)  # type: ignore[union-attr]
+SUPPORTED_MIN: Version = RELEASES[0]
+SUPPORTED_MAX: Version = RELEASES[-1][:3] + (0,)  # the newest final release; its post releases are in the range too
 
 _OLD_CAPTURE_FLAG = "sglang.srt.model_executor.cuda_graph_runner"
 _OLD_TBO = "model_forward_maybe_tbo"
 _KIMI_DRAFT = "sglang.srt.models.kimi_k25_eagle3"  # Kimi-K2.5's EAGLE-3 MLA draft, from 0.5.12
 
-# Ordered by first release; a release uses the last row whose `first` is <= it. Pre-releases (rc) are
-# not claimed. Every field is proven per release by eagle_probe.commands.contract.
+# Ordered by first release; a release uses the last row whose `first` is <= it. Pre-releases are not proven: one
+# inside the range gets the row of the proven release it follows (parse_version), one outside leaves the probe off.
+# Every field is proven per release by eagle_probe.commands.contract.
 RULES = (
     VersionRules(
         (0, 5, 8, 0), PLUS_ONE_ALWAYS, "list", True, False, verified=True, tested="0.5.8",
@@ -253,6 +318,8 @@ RULES = (
                         "num_correct_drafts_per_req_cpu", "default"),)),
 )
 
+# The releases the real-SGLang test tiers install (requirements/sglang-<release>-nodeps.txt, scripts/setup.sh).
+TESTED_RELEASES: tuple[str, ...] = tuple(rules.tested for rules in RULES if rules.tested)
 
 SUPPORTED_RANGE_TEXT = f"{format_version(SUPPORTED_MIN)} to {format_version(SUPPORTED_MAX)}"
 DEEPSEEK_V2 = "sglang.srt.models.deepseek_v2"
@@ -273,6 +340,44 @@ def rules_for(version: Version | None) -> VersionRules:
     return chosen
 
 
+@dataclass(frozen=True)
+class ResolvedSGLang:
+    """One SGLang release as the probe judges it (resolve_sglang): whether the probe runs on it and whose rules
+    apply. The runtime turns the probe off unless `supported`; the commands use `rules` and say `note`."""
+
+    text: str | None  # the release as given or installed; None: neither
+    readable: bool  # PEP 440 reads `text` as a release number of SGLang's form
+    version: Version | None  # the release whose rows apply (None: unreadable or unknown, the newest rows apply)
+    supported: bool  # inside the proven range (a pre-release: by PEP 440's order)
+    rules: VersionRules
+    note: str = ""  # what was judged, for people ("" for a proven release)
+
+
+def resolve_release(text: str | None) -> ResolvedSGLang:
+    """The one policy for a release number (resolve_sglang without reading the installed one)."""
+    if text is None:
+        return ResolvedSGLang(None, False, None, False, RULES[-1],
+                              "SGLang is not installed here and no release was given; using the newest rules")
+    release = parse_release(text)
+    if release is None:
+        return ResolvedSGLang(text, False, None, False, RULES[-1],
+                              f"SGLang {text!r} is not a release number the probe can read; using the newest rules")
+    version = parse_version(text)
+    if version is not None and is_supported(version):
+        note = "" if release.final else (f"SGLang {text} is a pre-release: judged as {format_version(version)}, the "
+                                         f"proven release it follows")
+        return ResolvedSGLang(text, True, version, True, rules_for(version), note)
+    kind = "" if release.final else "a pre-release "
+    return ResolvedSGLang(text, True, release.number, False, rules_for(release.number),
+                          f"SGLang {text} is {kind}outside the supported range {SUPPORTED_RANGE_TEXT}; "
+                          f"using the nearest release's rules")
+
+
+def resolve_sglang(given: str | None = None) -> ResolvedSGLang:
+    """The release `given` (an option, a dump's record), else the installed one, judged by resolve_release."""
+    return resolve_release(given if given is not None else installed_sglang_version())
+
+
 def rules_range_text(rules: VersionRules) -> str:
     """'0.5.8 to before 0.5.11' for a row; the last row ends at the supported maximum."""
     index = RULES.index(rules)
@@ -285,8 +390,7 @@ def acceptance_hook(target: str, rules: VersionRules | None = None) -> Acceptanc
     """The table's acceptance hook for a dotted target ('module.Class.method') under `rules`
     (default: the installed release's), e.g. to read `hook.field` in a wrapper; None if not a hook there."""
     if rules is None:
-        installed = installed_sglang_version()
-        rules = rules_for(None if installed is None else parse_version(installed))
+        rules = resolve_sglang().rules
     for hook in rules.acceptance:
         if hook.target == target:
             return hook

@@ -8,7 +8,7 @@ if the key were absent, and a draft trained with it is served another network th
 and #46488 for norm_before_fc / fc_norm / norm_output; sglang #32334).
 
 READS is the table, per draft class: (key, where it is read) -> the first release whose class source reads it. It was
-read off each release's wheel (0.5.8 to 0.5.23) and is re-proven per release by the contract check
+read off each release's wheel (versions.RELEASE_TEXTS) and is re-proven per release by the contract check
 (eagle_probe/commands/contract/config_key_claims.py): the set of (key, where) the class's source reads must equal
 what this table says for that release. Every read, once added, stayed in every later release, so one "since" per
 entry describes it.
@@ -17,7 +17,7 @@ entry describes it.
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..versions import SUPPORTED_MAX, SUPPORTED_MIN, format_version, parse_version
+from ..versions import SUPPORTED_MAX, SUPPORTED_MIN, format_version, parse_version, resolve_release
 from .draft_ids import DRAFT_CLASSES, KIMI, LLAMA, draft_class
 from .findings import DRAFT_CONFIG_IGNORED, Finding, _finding
 
@@ -80,6 +80,7 @@ FORWARD_KEYS: dict[str, ForwardKey] = {k.name: k for k in (
 )}
 
 # (key, where) -> first release whose draft class reads it (see the module docstring; proven by the contract check).
+# Each is a release of versions.RELEASE_TEXTS (tests/unit/test_release_table.py).
 READS: dict[str, dict[tuple[str, str], str]] = {
     LLAMA: {
         ("rope_scaling", TOP): "0.5.8",
@@ -126,15 +127,15 @@ def _first_reader(model_class: str, key: str, where: str) -> str | None:
 
 def judged_release(release):
     """(the release whose table row applies, a note when it is not the installed one): the nearest end of the
-    supported range outside it, the newest when the version is unknown."""
-    version = None if release is None else parse_version(release)
-    if version is None:
+    supported range outside it, the newest when the version is unknown (versions.resolve_release's policy)."""
+    resolved = resolve_release(release)
+    if resolved.supported:
+        return release, ""
+    if resolved.version is None:
         return format_version(SUPPORTED_MAX), f"SGLang's version unknown ({release!r}): judged as the newest"
-    if version < SUPPORTED_MIN:
-        return format_version(SUPPORTED_MIN), f"SGLang {release} is before the supported range: judged as the oldest"
-    if version[:3] > SUPPORTED_MAX[:3]:
+    if resolved.version > SUPPORTED_MAX:  # outside and not past it: before it (0.5.8rc1 precedes 0.5.8)
         return format_version(SUPPORTED_MAX), f"SGLang {release} is past the supported range: judged as the newest"
-    return release, ""
+    return format_version(SUPPORTED_MIN), f"SGLang {release} is before the supported range: judged as the oldest"
 
 
 @dataclass(frozen=True)

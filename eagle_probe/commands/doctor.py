@@ -8,14 +8,15 @@ Exit status: 0 clean (warnings allowed), 1 a finding of severity error, 2 bad in
 
 import os
 import sys
+from dataclasses import dataclass, field
 
-from .. import families
-from ..analysis import draft_config_keys, draft_ids, layers
+from ..analysis import draft_config_keys, draft_ids
 from ..analysis.config_rules import (
     EAGLE,
     EAGLE3,
     DraftSpec,
     LaunchSpec,
+    Prediction,
     TargetSpec,
     add_speculation_options,
     config_findings,
@@ -27,238 +28,155 @@ from ..analysis.config_rules import (
 )
 from ..analysis.findings import ERROR
 from ..analysis.layers import TRAINED_LAYERS_HELP, capture_label
-from ..draft_dir import trained_length
-from ..versions import SUPPORTED_RANGE_TEXT, installed_sglang_version, is_supported, parse_version, rules_for
+from ..draft_dir import TrainedLength, trained_length
+from ..versions import ResolvedSGLang, resolve_sglang
 from . import target_family
-from .json_files import MAX_CONFIG_BYTES, read_json_object
-from .json_files import shown as _shown
+from .doctor_configs import (  # noqa: F401 (load_config_json, parse_target, parse_draft: doctor's readers, kept here)
+    NESTED_TEXT_KEYS,
+    DoctorInputError,
+    load_config_json,
+    parse_draft,
+    parse_target,
+    parse_trained_layers,
+)
 from .output import emit, finding_line, fix_lines
 
-NESTED_TEXT_KEYS = target_family.NESTED_TEXT_KEYS
+
+@dataclass(frozen=True)
+class DoctorRequest:
+    """What doctor is asked: the two configs, the release and the launch (`spec`: the speculation flags,
+    config_rules.SPECULATION_FLAGS' dests)."""
+
+    target: str
+    draft: str
+    sglang_version: str | None = None
+    trained_layers: str | None = None
+    tbo: bool = False
+    cuda_graph: bool = True
+    algorithm: str = EAGLE3
+    pp_size: int = 1
+    pp_partition: str | None = None
+    spec: dict | None = None
+
+    @classmethod
+    def from_args(cls, args) -> "DoctorRequest":
+        return cls(args.target, args.draft, args.sglang_version, args.trained_layers, args.tbo, args.cuda_graph,
+                   args.speculative_algorithm, args.pp_size, args.pp_partition, vars(args))
 
 
-class DoctorInputError(Exception):
-    """Bad input: the message names the file (or option) and the key."""
+@dataclass
+class Configs:
+    """The two configs as read, and the target's family in the release."""
+
+    target_file: str
+    target_data: dict
+    draft_file: str
+    draft_data: dict
+    resolved: target_family.TargetFamily
+    target: TargetSpec
+    draft: DraftSpec
 
 
-# -- reading configs ---------------------------------------------------------------------------------
+@dataclass
+class Diagnosis:
+    """Everything the report is built from."""
 
-def _config_file(path: str, what: str) -> str:
-    """The file a --target/--draft path names: the directory's config.json, or the path itself."""
-    if not os.path.isdir(path):
-        if not os.path.lexists(path):
-            raise DoctorInputError(f"{what} config: {path}: no such file or directory")
-        return path
-    file = os.path.join(path, "config.json")
-    if not os.path.lexists(file):
-        raise DoctorInputError(f"{what} config: {path}: no config.json in this directory")
-    return file
-
-
-def load_config_json(path: str, what: str) -> tuple[str, dict]:
-    """Read a config.json from a directory or the file itself. Returns (file path, dict)."""
-    file = _config_file(path, what)
-    return file, read_json_object(file, f"{what} config", DoctorInputError, MAX_CONFIG_BYTES)
-
-
-def _int(data: dict, key: str, file: str, what: str, prefix: str = "", required: bool = True,
-         minimum: int = 1) -> int | None:
-    name = prefix + key
-    if key not in data or data[key] is None:
-        if required:
-            raise DoctorInputError(f"{what} config {file}: missing required key '{name}'")
-        return None
-    value = data[key]
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise DoctorInputError(f"{what} config {file}: key '{name}' must be an integer >= {minimum}, "
-                               f"got {_shown(value)}")
-    return value
-
-
-def _bool(data: dict, key: str, file: str, prefix: str, default: bool) -> bool:
-    if key not in data or data[key] is None:
-        return default
-    if not isinstance(data[key], bool):
-        raise DoctorInputError(f"draft config {file}: key '{prefix}{key}' must be true or false, "
-                               f"got {_shown(data[key])}")
-    return data[key]
-
-
-def _names(data: dict, file: str, what: str, prefix: str) -> list[str]:
-    """'architectures': a list of class names (or absent)."""
-    value = data.get("architectures")
-    if value is None:
-        return []
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise DoctorInputError(f"{what} config {file}: key '{prefix}architectures' must be a list of class names, "
-                               f"got {_shown(value)}")
-    return value
-
-
-def parse_target(data: dict, file: str, need_fkdr: bool = False,
-                 family=None) -> tuple[TargetSpec, list[str]]:
-    """The target's shape from its config; `family` (a families.Family row) decides whether TBO needs
-    first_k_dense_replace (only families whose TBO split starts there)."""
-    notes = []
-    if family is not None and family.tbo != families.TBO_FROM_FIRST_K_DENSE:
-        need_fkdr = False
-    text, prefix = data, ""
-    for key in NESTED_TEXT_KEYS:
-        if data.get(key) is not None and not isinstance(data[key], dict):
-            raise DoctorInputError(f"target config {file}: key '{key}' must be an object, got {_shown(data[key])}")
-        if isinstance(data.get(key), dict) and "num_hidden_layers" in data[key]:
-            text, prefix = data[key], key + "."
-            notes.append(f"target: text model read from '{key}'")
-            break
-    archs = _names(data, file, "target", "") or _names(text, file, "target", prefix)
-    model_class = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else \
-        str(text.get("model_type") or data.get("model_type") or "unknown")
-    num_layers = _int(text, "num_hidden_layers", file, "target", prefix)
-    hidden = _int(text, "hidden_size", file, "target", prefix)
-    fkdr = _int(text, "first_k_dense_replace", file, "target", prefix, required=need_fkdr, minimum=0)
-    if need_fkdr is False and fkdr is None and family is not None and family.tbo == families.TBO_FROM_FIRST_K_DENSE:
-        notes.append(f"target: no '{prefix}first_k_dense_replace'; Two-Batch-Overlap effects not predicted")
-    return TargetSpec(model_class, num_layers, hidden, fkdr, family), notes
-
-
-def _ids(value, file: str, key: str) -> tuple[int, ...] | None:
-    if value is None:
-        return None
-    if not isinstance(value, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in value):
-        raise DoctorInputError(f"draft config {file}: key '{key}' must be a list of integers, got {_shown(value)}")
-    return tuple(value)
-
-
-def _draft_ids(data: dict, eagle: dict, file: str) -> tuple[tuple[int, ...] | None, tuple[int, ...] | None]:
-    """(eagle_config's ids, the top-level ids). The target reads only the first; Kimi's MLA draft falls back to the
-    second to size its fc (analysis.draft_ids), so the two must not disagree."""
-    nested = _ids(eagle.get("eagle_aux_hidden_state_layer_ids"), file, "eagle_config.eagle_aux_hidden_state_layer_ids")
-    top = _ids(data.get("eagle_aux_hidden_state_layer_ids"), file, "eagle_aux_hidden_state_layer_ids")
-    if nested is not None and top is not None and nested != top:
-        raise DoctorInputError(f"draft config {file}: keys 'eagle_config.eagle_aux_hidden_state_layer_ids' "
-                               f"{list(nested)} and 'eagle_aux_hidden_state_layer_ids' {list(top)} disagree "
-                               f"(SGLang's model classes read one or the other); keep one")
-    return nested, top
-
-
-def parse_draft(data: dict, file: str) -> tuple[DraftSpec, list[str]]:
-    notes = []
-    archs = _names(data, file, "draft", "")
-    model_class = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else \
-        str(data.get("model_type") or "unknown")
-    eagle = data.get("eagle_config")
-    if eagle is not None and not isinstance(eagle, dict):
-        raise DoctorInputError(f"draft config {file}: key 'eagle_config' must be an object, got {_shown(eagle)}")
-    eagle = eagle or {}
-    is_eagle3 = any("eagle3" in str(a).lower() for a in (archs if isinstance(archs, list) else [])) or bool(eagle) \
-        or "target_hidden_size" in data
-    if not is_eagle3:
-        raise DoctorInputError(
-            f"draft config {file}: not an EAGLE-3 draft: key 'architectures' is {archs!r} (expected e.g. "
-            f"LlamaForCausalLMEagle3 or Eagle3DeepseekV2ForCausalLM) and there is no 'eagle_config'")
-    hidden = _int(data, "hidden_size", file, "draft")
-    ids, top = _draft_ids(data, eagle, file)
-    if ids is None:
-        notes.append("draft: no eagle_config.eagle_aux_hidden_state_layer_ids: the target captures its defaults"
-                     + ("" if top is None else f" (the top-level ids {list(top)} are not read by the target)"))
-    named = {"eagle_config.eagle_aux_hidden_state_layer_ids": ids, "eagle_aux_hidden_state_layer_ids": top}
-    for key, value in named.items():
-        if value == ():
-            raise DoctorInputError(f"draft config {file}: key '{key}' is empty")
-    spec = DraftSpec(
-        model_class=model_class, hidden_size=hidden,
-        target_hidden_size=_int(data, "target_hidden_size", file, "draft", required=False),
-        layer_ids=ids,
-        num_aux_hidden_states=_int(data, "num_aux_hidden_states", file, "draft", required=False),
-        use_aux_hidden_state=_bool(eagle, "use_aux_hidden_state", file, "eagle_config.", True),
-        norm_before_fc=_bool(eagle, "norm_before_fc", file, "eagle_config.",
-                             _bool(data, "norm_before_fc", file, "", False)),
-        fc_norm=_bool(data, "fc_norm", file, "", False) or _bool(data, "use_aux_norm", file, "", False),
-        top_level_ids=top,
-    )
-    return spec, notes
-
-
-# -- --trained-layers -----------------------------------------------------------------------------
-
-def parse_trained_layers(spec: str) -> tuple[int, ...]:
-    """--trained-layers -> HF hidden_states indices (the one parser: analysis.layers)."""
-    try:
-        return layers.parse_trained_layers(spec)
-    except ValueError as exc:
-        raise DoctorInputError(f"--trained-layers {spec!r}: {exc}") from None
+    release: ResolvedSGLang
+    configs: Configs
+    launch: LaunchSpec
+    pred: Prediction
+    trained: tuple[int, ...] | None
+    findings: list
+    vocab_map: dict | None
+    length: TrainedLength
+    shape: dict
+    notes: list[str] = field(default_factory=list)
 
 
 # -- the report ------------------------------------------------------------------------------------
 
-def diagnose(target_path: str, draft_path: str, sglang_version: str | None = None,
-             trained_layers: str | None = None, tbo: bool = False, cuda_graph: bool = True,
-             algorithm: str = EAGLE3, pp_size: int = 1, pp_partition: str | None = None, spec=None) -> dict:
-    """Everything doctor prints, as one dict (`spec`: the speculation flags, config_rules.SPECULATION_FLAGS' dests).
-    Raises DoctorInputError on bad input."""
-    notes = []
-    if sglang_version is None:
-        sglang_version = installed_sglang_version()
-        if sglang_version is None:
-            notes.append("SGLang is not installed here and --sglang-version was not given; using the newest rules")
-    version = None
-    if sglang_version is not None:
-        version = parse_version(sglang_version)
-        if version is None:
-            raise DoctorInputError(f"--sglang-version {sglang_version!r}: not a release number such as 0.5.8 or 0.5.23")
-        if not is_supported(version):
-            notes.append(f"SGLang {sglang_version} is outside the supported range {SUPPORTED_RANGE_TEXT}; "
-                         f"using the nearest release's rules")
-    rules = rules_for(version)
-    if pp_size < 1:
-        raise DoctorInputError(f"--pp-size {pp_size}: must be >= 1")
-    partition = None
-    if pp_partition:
-        try:
-            partition = tuple(int(x) for x in pp_partition.split(","))
-        except ValueError:
-            raise DoctorInputError(f"--pp-partition {pp_partition!r}: expected comma-separated layer counts") from None
-        if min(partition) < 1:
-            raise DoctorInputError(f"--pp-partition {pp_partition!r}: every stage needs at least 1 layer")
-    trained = parse_trained_layers(trained_layers) if trained_layers else None
-    shape = speculation_for(spec or {}, algorithm, tbo, version, DoctorInputError)
+def resolve_release(given: str | None, notes: list[str]) -> ResolvedSGLang:
+    """The release whose rules apply (versions.resolve_sglang: the given one, else the installed one); a given
+    release that is not a release number is bad input."""
+    release = resolve_sglang(given)
+    if given is not None and not release.readable:
+        raise DoctorInputError(f"--sglang-version {given!r}: not a release number such as 0.5.8 or 0.5.23")
+    notes += [release.note] if release.note else []
+    return release
 
-    target_file, target_data = load_config_json(target_path, "target")
-    draft_file, draft_data = load_config_json(draft_path, "draft")
-    resolved = target_family.resolve(target_data, version)
-    target, tnotes = parse_target(target_data, target_file, need_fkdr=tbo and resolved.served,
+
+def _partition(request: DoctorRequest) -> tuple[int, ...] | None:
+    if request.pp_size < 1:
+        raise DoctorInputError(f"--pp-size {request.pp_size}: must be >= 1")
+    if not request.pp_partition:
+        return None
+    try:
+        partition = tuple(int(x) for x in request.pp_partition.split(","))
+    except ValueError:
+        raise DoctorInputError(f"--pp-partition {request.pp_partition!r}: expected comma-separated layer "
+                               f"counts") from None
+    if min(partition) < 1:
+        raise DoctorInputError(f"--pp-partition {request.pp_partition!r}: every stage needs at least 1 layer")
+    return partition
+
+
+def _check_pipeline(request: DoctorRequest, partition, target: TargetSpec, target_file: str) -> None:
+    if request.pp_size > target.num_layers:
+        raise DoctorInputError(f"--pp-size {request.pp_size}: more pipeline stages than the {target.num_layers} "
+                               f"layers of the target ({target_file}: num_hidden_layers)")
+    if partition is not None and (len(partition) != request.pp_size or sum(partition) != target.num_layers):
+        raise DoctorInputError(f"--pp-partition {request.pp_partition!r}: needs {request.pp_size} counts summing "
+                               f"to {target.num_layers} (the target's num_hidden_layers)")
+
+
+def read_configs(request: DoctorRequest, release: ResolvedSGLang, notes: list[str]) -> Configs:
+    target_file, target_data = load_config_json(request.target, "target")
+    draft_file, draft_data = load_config_json(request.draft, "draft")
+    resolved = target_family.resolve(target_data, release.version)
+    target, tnotes = parse_target(target_data, target_file, need_fkdr=request.tbo and resolved.served,
                                   family=resolved.family)
     draft, dnotes = parse_draft(draft_data, draft_file)
     notes += tnotes + dnotes + ([resolved.note] if resolved.note else [])
-    absent = draft_ids.absent_note(draft.model_class, rules.absent_modules, sglang_version)
+    absent = draft_ids.absent_note(draft.model_class, release.rules.absent_modules, release.text)
     notes += [absent] if absent else []
-    if not resolved.served:
-        return _not_served(sglang_version, rules, target, target_file, draft, draft_file, resolved, notes)
-    if pp_size > target.num_layers:
-        raise DoctorInputError(f"--pp-size {pp_size}: more pipeline stages than the {target.num_layers} layers of "
-                               f"the target ({target_file}: num_hidden_layers)")
-    if partition is not None and (len(partition) != pp_size or sum(partition) != target.num_layers):
-        raise DoctorInputError(f"--pp-partition {pp_partition!r}: needs {pp_size} counts summing to "
-                               f"{target.num_layers} (the target's num_hidden_layers)")
-    launch = LaunchSpec(algorithm, cuda_graph, tbo, pp_size, partition)
-    pred = predict(target, draft, rules, launch)
-    findings = ([resolved.finding] if resolved.finding else []) + config_findings(target, draft, rules, launch,
-                                                                                   trained, pred)
-    from .draft_vocab import check_draft_vocab, render_vocab  # the d2t map: headers and d2t only
-    vocab_findings, vocab_map, vocab_notes = check_draft_vocab(draft_path, draft_file, draft_data, target_file,
-                                                               target_data, draft.model_class, DoctorInputError)
-    findings, notes = findings + vocab_findings, notes + vocab_notes
-    ignored = _ignored_keys(draft_data, draft.model_class, sglang_version)
-    findings += [ignored] if ignored is not None else []
-    length = trained_length(os.path.dirname(draft_file), draft_data)  # the draft directory's own statement
+    return Configs(target_file, target_data, draft_file, draft_data, resolved, target, draft)
+
+
+def diagnose(request: DoctorRequest) -> dict:
+    """Everything doctor prints, as one dict. Raises DoctorInputError on bad input."""
+    notes: list[str] = []
+    release = resolve_release(request.sglang_version, notes)
+    partition = _partition(request)
+    trained = parse_trained_layers(request.trained_layers) if request.trained_layers else None
+    shape = speculation_for(request.spec or {}, request.algorithm, request.tbo, release.version, DoctorInputError)
+    configs = read_configs(request, release, notes)
+    if not configs.resolved.served:
+        return _not_served(release, configs, notes)
+    _check_pipeline(request, partition, configs.target, configs.target_file)
+    launch = LaunchSpec(request.algorithm, request.cuda_graph, request.tbo, request.pp_size, partition)
+    pred = predict(configs.target, configs.draft, release.rules, launch)
+    found = [configs.resolved.finding] if configs.resolved.finding else []
+    found += config_findings(configs.target, configs.draft, release.rules, launch, trained, pred)
+    from .draft_vocab import check_draft_vocab  # the d2t map: headers and d2t only
+    vocab_findings, vocab_map, vocab_notes = check_draft_vocab(
+        request.draft, configs.draft_file, configs.draft_data, configs.target_file, configs.target_data,
+        configs.draft.model_class, DoctorInputError)
+    found, notes = found + vocab_findings, notes + vocab_notes
+    ignored = _ignored_keys(configs.draft_data, configs.draft.model_class, release.text)
+    found += [ignored] if ignored is not None else []
+    length = trained_length(os.path.dirname(configs.draft_file), configs.draft_data)  # the directory's statement
     if length.length:
         notes.append(f"trained length: {length.length} ({length.source}); `summarize` compares acceptance past it "
                      f"with acceptance within it (acceptance_past_trained_length)")
     notes += list(length.notes)
-    if trained is None and algorithm == EAGLE3:
+    if trained is None and request.algorithm == EAGLE3:
         notes.append("no --trained-layers: layer_mismatch not checked (give the layers the draft was trained on)")
+    return _report(Diagnosis(release, configs, launch, pred, trained, found, vocab_map, length, shape, notes))
+
+
+def _paths(pred, target: TargetSpec) -> list[dict]:
     n, final = target.num_layers, target.final_capturable
-    paths = [{
+    return [{
         "path": p.name, "description": p.description,
         "requested_ids": None if p.requested_ids is None else list(p.requested_ids),
         "layers_to_capture": list(p.configured),
@@ -267,29 +185,38 @@ def diagnose(target_path: str, draft_path: str, sglang_version: str | None = Non
         "lost_reason": p.lost_reason or None,
         "aux_width": target.hidden_size if p.name == "all" else len(p.captured) * target.hidden_size,
     } for p in pred.paths]
-    errors = sum(1 for f in findings if f.severity == ERROR)
+
+
+def _findings(found) -> list[dict]:
+    return [{"code": f.code, "severity": f.severity, "message": f.message, "evidence": f.evidence_dict()}
+            for f in found]
+
+
+def _report(d: Diagnosis) -> dict:
+    from .draft_vocab import render_vocab
+
+    c, pred, launch, trained, length = d.configs, d.pred, d.launch, d.trained, d.length
+    target, draft, rules = c.target, c.draft, d.release.rules
+    n, final = target.num_layers, target.final_capturable
+    errors = sum(1 for f in d.findings if f.severity == ERROR)
     return {
-        **_head(sglang_version, rules, target, target_file, resolved),
-        "draft": {"file": draft_file, "model_class": draft.model_class, "hidden_size": draft.hidden_size,
-                  "target_hidden_size": draft.target_hidden_size,
-                  "eagle_aux_hidden_state_layer_ids": None if draft.layer_ids is None else list(draft.layer_ids),
-                  "num_aux_hidden_states": draft.num_aux_hidden_states,
-                  "use_aux_hidden_state": draft.use_aux_hidden_state,
-                  "top_level_layer_ids": None if draft.top_level_ids is None else list(draft.top_level_ids),
-                  "ids_read_from": draft.ids_read()[1],
-                  "sglang_num_aux": pred.num_aux, "fc_in_width": pred.fc_in_width},
-        "launch": {"speculative_algorithm": algorithm, "cuda_graph": cuda_graph, "two_batch_overlap": tbo,
-                   "pp_size": pp_size, "last_stage_layers": list(pred.stage_range)},
+        **_head(d.release, c),
+        "draft": {**_draft_head(c), "top_level_layer_ids": None if draft.top_level_ids is None
+                  else list(draft.top_level_ids),
+                  "ids_read_from": draft.ids_read()[1], "sglang_num_aux": pred.num_aux,
+                  "fc_in_width": pred.fc_in_width},
+        "launch": {"speculative_algorithm": launch.algorithm, "cuda_graph": launch.cuda_graph,
+                   "two_batch_overlap": launch.tbo, "pp_size": launch.pp_size,
+                   "last_stage_layers": list(pred.stage_range)},
         "trained": None if trained is None else {"hf_indices": list(trained),
                                                  "labels": [capture_label(i, n, final) for i in trained]},
-        "paths": paths,
+        "paths": _paths(pred, target),
         "fix": fix_for(target, rules, launch, trained) if trained is not None else None,
-        "vocab_map": vocab_map, "vocab_line": render_vocab(vocab_map),
+        "vocab_map": d.vocab_map, "vocab_line": render_vocab(d.vocab_map),
         "trained_length": {"length": length.length, "source": length.source, "notes": list(length.notes)},
-        "findings": [{"code": f.code, "severity": f.severity, "message": f.message,
-                      "evidence": f.evidence_dict()} for f in findings],
-        "speculation": shape, "notes": notes,
-        "exit_status": 1 if errors or shape["errors"] else 0,
+        "findings": _findings(d.findings),
+        "speculation": d.shape, "notes": d.notes,
+        "exit_status": 1 if errors or d.shape["errors"] else 0,
     }
 
 
@@ -300,31 +227,31 @@ def _ignored_keys(draft_data: dict, model_class: str, sglang_version: str | None
                                              model_class)
 
 
-def _head(sglang_version, rules, target: TargetSpec, target_file: str, resolved) -> dict:
+def _head(release: ResolvedSGLang, c: Configs) -> dict:
     """The release, rules and target part of the report; the capture rule is the target family's."""
-    row = resolved.family
-    return {"sglang_version": sglang_version, "rules": target_family.rules_text(rules, row),
+    row, rules, target = c.resolved.family, release.rules, c.target
+    return {"sglang_version": release.text, "rules": target_family.rules_text(rules, row),
             "rules_verified": rules.verified,
-            "family": None if row is None else dict(row.as_dict(), verified=resolved.verified),
-            "target": {"file": target_file, "model_class": target.model_class, "num_layers": target.num_layers,
+            "family": None if row is None else dict(row.as_dict(), verified=c.resolved.verified),
+            "target": {"file": c.target_file, "model_class": target.model_class, "num_layers": target.num_layers,
                        "hidden_size": target.hidden_size, "first_k_dense_replace": target.first_k_dense_replace,
-                       "family": resolved.describe()}}
+                       "family": c.resolved.describe()}}
 
 
-def _not_served(sglang_version, rules, target, target_file, draft, draft_file, resolved, notes) -> dict:
+def _draft_head(c: Configs) -> dict:
+    draft = c.draft
+    return {"file": c.draft_file, "model_class": draft.model_class, "hidden_size": draft.hidden_size,
+            "target_hidden_size": draft.target_hidden_size,
+            "eagle_aux_hidden_state_layer_ids": None if draft.layer_ids is None else list(draft.layer_ids),
+            "num_aux_hidden_states": draft.num_aux_hidden_states,
+            "use_aux_hidden_state": draft.use_aux_hidden_state}
+
+
+def _not_served(release: ResolvedSGLang, c: Configs, notes: list[str]) -> dict:
     """A target SGLang does not serve with EAGLE-3: one finding, no prediction."""
-    f = resolved.finding
-    return {**_head(sglang_version, rules, target, target_file, resolved),
-            "draft": {"file": draft_file, "model_class": draft.model_class, "hidden_size": draft.hidden_size,
-                      "target_hidden_size": draft.target_hidden_size,
-                      "eagle_aux_hidden_state_layer_ids": None if draft.layer_ids is None else list(draft.layer_ids),
-                      "num_aux_hidden_states": draft.num_aux_hidden_states,
-                      "use_aux_hidden_state": draft.use_aux_hidden_state, "sglang_num_aux": None,
-                      "fc_in_width": None},
+    return {**_head(release, c), "draft": {**_draft_head(c), "sglang_num_aux": None, "fc_in_width": None},
             "launch": None, "trained": None, "paths": [], "fix": None,
-            "findings": [{"code": f.code, "severity": f.severity, "message": f.message,
-                          "evidence": f.evidence_dict()}],
-            "notes": notes, "exit_status": 1}
+            "findings": _findings([c.resolved.finding]), "notes": notes, "exit_status": 1}
 
 
 def _fmt_slots(slots) -> str:
@@ -382,8 +309,7 @@ def render_text(result: dict) -> str:
 
 def cmd_doctor(args) -> int:
     try:
-        result = diagnose(args.target, args.draft, args.sglang_version, args.trained_layers, args.tbo,
-                          args.cuda_graph, args.speculative_algorithm, args.pp_size, args.pp_partition, vars(args))
+        result = diagnose(DoctorRequest.from_args(args))
     except DoctorInputError as exc:
         print(f"eagle-probe doctor: {exc}", file=sys.stderr)
         return 2

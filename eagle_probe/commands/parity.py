@@ -130,16 +130,16 @@ def findings(report: dict, num_layers: int | None) -> list:
     return out
 
 
-def ids_to_set(report: dict, num_layers: int, release: str | None, resolved) -> dict | None:
+def ids_to_set(report: dict, num_layers: int, release: versions.ResolvedSGLang, resolved) -> dict | None:
     """The ids that make the target capture, slot by slot, the served HF indices the training slots match best
-    (all-layer dumps), by the family's rule; None when some slot has no best match."""
+    (all-layer dumps), by the family's rule in `release` (versions.resolve_sglang); None when some slot has no
+    best match."""
     trained = [e["best_hf_index"] for e in report["slots"]]
     if not trained or any(i is None for i in trained):
         return None
-    version = versions.parse_version(release) if release else None
-    rules = versions.rules_for(version)
+    rules = release.rules
     family = None if resolved is None else resolved.family
-    out = {"trained_hf": trained, "sglang_version": release, "ids": None, "impossible": None,
+    out = {"trained_hf": trained, "sglang_version": release.text, "ids": None, "impossible": None,
            "family": None if resolved is None else resolved.describe()}
     if resolved is not None and family is None:
         out["impossible"] = resolved.finding.message if resolved.finding else "not an EAGLE-3 target"
@@ -202,8 +202,12 @@ def run(args) -> int:
     report["skipped"] = [{"path": p, "why": w} for p, w in data.skipped + dumps.skipped]
     num_layers = dumps.dumps[0].num_layers
     meta = dumps.dumps[0].meta
-    release = args.sglang_version or meta.get("sglang_version") or versions.installed_sglang_version()
-    version = versions.parse_version(release) if release else None
+    release = versions.resolve_sglang(args.sglang_version or meta.get("sglang_version"))
+    if args.sglang_version and not release.readable:
+        print(f"eagle-probe parity: --sglang-version {args.sglang_version!r}: not a release number such as 0.5.23",
+              file=sys.stderr)
+        return 2
+    version = release.version
     if args.target:
         try:
             resolved = target_family.resolve_directory(args.target, version)

@@ -31,12 +31,17 @@ SIGTERM_FLUSH_TIMEOUT_S = 2.0
 
 
 def off_summary(sglang_version: str | None) -> str | None:
-    """What stays off for an installed release outside the range (None when it is supported)."""
-    parsed = None if sglang_version is None else versions.parse_version(sglang_version)
-    if parsed is not None and versions.is_supported(parsed):
+    """What stays off for an installed release the probe does not run on (None when it runs): outside the range,
+    a pre-release outside it, or a version it cannot read (versions.resolve_release)."""
+    if _runs_on(versions.resolve_release(sglang_version)):
         return None
     names = ", ".join(i.name for i in ALL)
     return f"all integrations ({names}): no SGLang function is wrapped, SGLang runs unchanged"
+
+
+def _runs_on(resolved: versions.ResolvedSGLang) -> bool:
+    # No SGLang installed: nothing is there to wrap, the probe stays on with the newest rules (its hooks wait).
+    return resolved.supported or resolved.text is None
 
 
 def install(env=None) -> bool:
@@ -56,18 +61,16 @@ def install(env=None) -> bool:
             return False
         if not config.enabled:
             return False
-        sglang_version = versions.installed_sglang_version()
-        parsed = None if sglang_version is None else versions.parse_version(sglang_version)
+        resolved = versions.resolve_sglang()
+        sglang_version = resolved.text
         logs = LogSink(config.log_level, config.log_dir)
-        if parsed is not None and not versions.is_supported(parsed):
+        if not _runs_on(resolved):
             off = off_summary(sglang_version)
             logs.emit("warning", events.UNSUPPORTED_VERSION, sglang_version=sglang_version,
-                      supported=versions.SUPPORTED_RANGE_TEXT, off=off,
-                      message=f"SGLang {sglang_version} is outside the supported range "
-                              f"{versions.SUPPORTED_RANGE_TEXT}; off: {off}")
+                      supported=versions.SUPPORTED_RANGE_TEXT, off=off, message=_off_message(resolved, off))
             return False
 
-        rules = versions.rules_for(parsed)
+        rules = resolved.rules
 
         def make_metrics(rank_info, exporter=True):
             from .sinks.endpoint import sglang_serves_node
@@ -90,6 +93,16 @@ def install(env=None) -> bool:
             _atexit_registered = True
             atexit.register(_flush)
         return True
+
+
+def _off_message(resolved: versions.ResolvedSGLang, off: str | None) -> str:
+    release = versions.parse_release(resolved.text or "")
+    if release is None:
+        why = f"is not a release number the probe can read (supported: {versions.SUPPORTED_RANGE_TEXT})"
+    else:
+        kind = "" if release.final else "a pre-release "
+        why = f"is {kind}outside the supported range {versions.SUPPORTED_RANGE_TEXT}"
+    return f"SGLang {resolved.text} {why}; off: {off}"
 
 
 def _shared_metrics(rank_info, port, factory):

@@ -9,9 +9,9 @@ from eagle_probe import versions
 from eagle_probe.commands import contract
 
 CACHE = os.environ.get("EAGLE_PROBE_WHEEL_CACHE", contract.DEFAULT_CACHE)
-# Releases that existed when the table was written; PyPI's list must contain at least these.
-KNOWN = ("0.5.8 0.5.8.post1 0.5.9 0.5.10 0.5.10.post1 0.5.11 0.5.12 0.5.12.post1 0.5.13 0.5.13.post1 0.5.14 0.5.15 "
-         "0.5.15.post1 0.5.16 0.5.17 0.5.18 0.5.19 0.5.20 0.5.21 0.5.22 0.5.23").split()
+# The release table (versions.RELEASE_TEXTS): PyPI must list every release of it, and no release of the range
+# that it lacks (a new one gets its row first: docs/releases-new.md).
+KNOWN = list(versions.RELEASE_TEXTS)
 
 
 @pytest.fixture(scope="module")
@@ -19,6 +19,8 @@ def releases():
     listed = contract.list_releases()
     missing = [r for r in KNOWN if r not in listed]
     assert not missing, f"PyPI's list lacks {missing}"
+    untabled = [r for r in listed if r not in KNOWN]
+    assert not untabled, f"PyPI lists {untabled} in the supported range; add them to versions.RELEASE_TEXTS"
     return listed
 
 

@@ -63,10 +63,10 @@ def _forward_key(dump: Dump) -> tuple:
             hashlib.sha1(tokens + positions).hexdigest())
 
 
-def read_dumps(path: str, want_layers: bool) -> DumpRows:
-    found = read_dump_dir(path, layers=want_layers, strict=True, modes=(EXTEND_MODE, VERIFY_MODE))
+def _distinct(dumps) -> tuple[list, list[str]]:
+    """(the dumps of distinct forwards, the paths of repeats); all must share slots and width."""
     seen, duplicates, used = set(), [], []
-    for dump in found.dumps:
+    for dump in dumps:
         key = _forward_key(dump)
         if key in seen:
             duplicates.append(dump.path)
@@ -79,6 +79,11 @@ def read_dumps(path: str, want_layers: bool) -> DumpRows:
                 f"{list(first.hf_indices)} of width {first.hidden_size}: the dumps come from differently "
                 f"configured servers; replay one set at a time")
         used.append(dump)
+    return used, duplicates
+
+
+def _labelled(used, path: str) -> tuple[list, bool]:
+    """(the dumps that hold labels, whether the labels are the verify dumps' target ids)."""
     labelled = [d for d in used if d.meta.get("mode", EXTEND_MODE) == EXTEND_MODE and d.has_final]
     by_ids = not labelled
     if by_ids:
@@ -91,6 +96,13 @@ def read_dumps(path: str, want_layers: bool) -> DumpRows:
             f"CUDA graphs) and no verify dump holds {TARGET_IDS} (EAGLE_PROBE_DUMP_MODES=...,target_verify). Dump "
             f"eager forwards (--disable-cuda-graph) or verify forwards, or use parity/consistency, which read these "
             f"files")
+    return labelled, by_ids
+
+
+def read_dumps(path: str, want_layers: bool) -> DumpRows:
+    found = read_dump_dir(path, layers=want_layers, strict=True, modes=(EXTEND_MODE, VERIFY_MODE))
+    used, duplicates = _distinct(found.dumps)
+    labelled, by_ids = _labelled(used, path)
     unlabelled = [d.path for d in used if all(d is not kept for kept in labelled)]  # (a Dump's == compares tensors)
     used = labelled
     parts = {"next": [], "pos": [], "aux": [], "label": []}

@@ -4,15 +4,24 @@ score the served wiring and (with --search) every candidate, and build the repor
 import math
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 
 from ...analysis import layers as layer_rules
 from ...analysis.config_rules import LaunchSpec, TargetSpec, fix_for
-from ...analysis.findings import trained_layers_inferred_finding
+from ...analysis.findings import Finding, trained_layers_inferred_finding
 from ...analysis.layers import capture_label
-from ...analysis.wiring_search import EXHAUSTIVE_LIMIT, Candidate, SearchResult, choose, count_wirings, search
-from ...versions import installed_sglang_version, parse_version, rules_for
+from ...analysis.wiring_search import (
+    EXHAUSTIVE_LIMIT,
+    Candidate,
+    Choice,
+    SearchResult,
+    choose,
+    count_wirings,
+    search,
+)
+from ...versions import ResolvedSGLang, resolve_sglang
 from .. import target_family
 from ..output import finding_line, fix_lines
 from .checkpoints import target_head_and_embedding
@@ -85,37 +94,103 @@ def _candidate(c: Candidate, n: int, reach=None) -> dict:
     return out
 
 
-def replay(draft_dir: str, target_dir: str, dump: str, do_search: bool = False, device_name: str = "cpu",
-           draft_embedding: str | None = None, wirings: Sequence[str] = (),
-           sglang_version: str | None = None, exhaustive_limit: int = EXHAUSTIVE_LIMIT) -> dict:
-    """Everything replay prints, as one dict. Raises ReplayInputError on bad input."""
+@dataclass(frozen=True)
+class ReplayRequest:
+    """What replay is asked (the `replay` command's options)."""
+
+    draft_dir: str
+    target_dir: str
+    dump: str
+    do_search: bool = False
+    device_name: str = "cpu"
+    draft_embedding: str | None = None
+    wirings: Sequence[str] = ()
+    sglang_version: str | None = None
+    exhaustive_limit: int = EXHAUSTIVE_LIMIT
+
+    @property
+    def wants_layers(self) -> bool:
+        return self.do_search or bool(self.wirings)
+
+
+@dataclass
+class Inputs:
+    """The target's head, the draft and the dumps, read and checked to fit together."""
+
+    release: ResolvedSGLang
+    device: torch.device
+    head: torch.Tensor
+    target_config: dict
+    resolved: target_family.TargetFamily
+    draft: TorchDraft
+    rows: DumpRows
+    extra: list[tuple[int, ...]]  # the --wiring wirings to score too
+
+
+@dataclass
+class Scores:
+    """The served wiring's score, the candidates and the choice among them."""
+
+    evaluator: Evaluator
+    served: Candidate
+    searched: SearchResult | None
+    result: SearchResult
+    choice: Choice
+    margin: tuple | None  # (mean, se, positions) of the best over the runner-up
+    fix: dict
+    finding: Finding
+
+
+def replay(draft_dir: str, target_dir: str, dump: str, **options) -> dict:
+    """Everything replay prints, as one dict (`options`: ReplayRequest's other fields). Raises ReplayInputError on
+    bad input."""
+    return run_replay(ReplayRequest(draft_dir, target_dir, dump, **options))
+
+
+def run_replay(request: ReplayRequest) -> dict:
     started = time.perf_counter()
     notes: list[str] = []
-    device = resolve_device(device_name)
-    version_text = sglang_version or installed_sglang_version()
-    version = parse_version(version_text) if version_text else None
-    if sglang_version and version is None:
-        raise ReplayInputError(f"--sglang-version {sglang_version!r}: not a release number such as 0.5.23")
-    if version_text is None:
-        notes.append("SGLang is not installed here and --sglang-version was not given: the newest rules decide the ids")
-    rules = rules_for(version)
-    embed, head, target_config, tnotes = target_head_and_embedding(target_dir)
+    inputs = read_inputs(request, notes)
+    scores = score(request, inputs, notes)
+    return build_report(request, inputs, scores, notes, started)
+
+
+def resolve_release(given: str | None, notes: list[str]) -> ResolvedSGLang:
+    """The release whose capture rules decide the ids (versions.resolve_sglang: the given one, else the installed
+    one); a given release that is not a release number is bad input."""
+    release = resolve_sglang(given)
+    if given is not None and not release.readable:
+        raise ReplayInputError(f"--sglang-version {given!r}: not a release number such as 0.5.23")
+    notes += [release.note] if release.note else []
+    return release
+
+
+def read_inputs(request: ReplayRequest, notes: list[str]) -> Inputs:
+    device = resolve_device(request.device_name)
+    release = resolve_release(request.sglang_version, notes)
+    embed, head, target_config, tnotes = target_head_and_embedding(request.target_dir)
     notes += tnotes
-    resolved = target_family.resolve(target_config, version)  # whose rule turns layers into ids to set
+    resolved = target_family.resolve(target_config, release.version)  # whose rule turns layers into ids to set
     if resolved.finding is not None:
         notes.append(f"target family: {resolved.finding.message}")
     if resolved.note:
         notes.append(resolved.note)
-    draft = load_torch_draft(draft_dir, embed, head, draft_embedding, device)
+    draft = load_torch_draft(request.draft_dir, embed, head, request.draft_embedding, device)
+    del embed  # the draft holds what it reads of it
     notes += list(draft.spec.notes) + draft.w.notes
-    rows = read_dumps(dump, want_layers=do_search or bool(wirings))
-    check_fit(draft, rows, head, draft_dir, target_dir)
-    k, n_layers = draft.spec.num_aux, rows.num_layers
-    extra = [parse_wiring(w, k) for w in wirings]
-    if (do_search or extra) and not rows.layer_indices:
+    rows = read_dumps(request.dump, want_layers=request.wants_layers)
+    check_fit(draft, rows, head, request.draft_dir, request.target_dir)
+    extra = [parse_wiring(w, draft.spec.num_aux) for w in request.wirings]
+    _check_layers(request, rows, extra)
+    notes += _dump_notes(rows)
+    return Inputs(release, device, head, target_config, resolved, draft, rows, extra)
+
+
+def _check_layers(request: ReplayRequest, rows: DumpRows, extra) -> None:
+    if (request.do_search or extra) and not rows.layer_indices:
         raise ReplayInputError(
-            f"--dump-dir {dump}: the dumps hold the served aux states only (no hidden_states.I tensors); "
-            f"{'--search' if do_search else '--wiring'} needs all-layer dumps: EAGLE_PROBE_DUMP_LAYERS=all "
+            f"--dump-dir {request.dump}: the dumps hold the served aux states only (no hidden_states.I tensors); "
+            f"{'--search' if request.do_search else '--wiring'} needs all-layer dumps: EAGLE_PROBE_DUMP_LAYERS=all "
             f"(SGLang 0.5.14+), which the target's layers write from eager forwards only: serve the dumped "
             f"prompts with --disable-cuda-graph (a forward replayed from a CUDA graph runs no layer's Python)")
     for wiring in extra:
@@ -123,6 +198,10 @@ def replay(draft_dir: str, target_dir: str, dump: str, do_search: bool = False, 
         if absent:
             raise ReplayInputError(f"--wiring {list(wiring)}: the dumps hold no hidden_states.{absent[0]} "
                                    f"(they hold {rows.layer_indices[0]}..{rows.layer_indices[-1]})")
+
+
+def _dump_notes(rows: DumpRows) -> list[str]:
+    notes = []
     if rows.cached_prefix_requests and rows.label_ids is None:
         notes.append(f"{rows.cached_prefix_requests} dumped request(s) started after cached tokens (chunked prefill "
                      f"or prefix cache): the draft's attention there sees the dumped tokens only")
@@ -134,83 +213,107 @@ def replay(draft_dir: str, target_dir: str, dump: str, do_search: bool = False, 
         notes.append(f"{len(rows.unlabelled)} dump(s) left out: no labels of the kind used (e.g. {rows.unlabelled[0]})")
     if rows.duplicates:
         notes.append(f"{len(rows.duplicates)} dump file(s) repeat a forward another rank wrote; read once")
+    return notes
 
-    evaluator = Evaluator(draft, rows, head, device)
-    del embed
+
+def _candidates(request: ReplayRequest, inputs: Inputs, evaluator: Evaluator, served: Candidate) -> SearchResult:
+    rows = inputs.rows
+    if request.do_search:
+        return search(rows.layer_indices, inputs.draft.spec.num_aux, rows.served, evaluator.evaluate,
+                      exhaustive_limit=request.exhaustive_limit)
+    known = {wiring: Candidate(wiring, *evaluator.evaluate([wiring])[0]) for wiring in inputs.extra}
+    known.setdefault(rows.served, served)
+    return SearchResult("given", known, len(known), 0, rows.served)
+
+
+def score(request: ReplayRequest, inputs: Inputs, notes: list[str]) -> Scores:
+    rows, rules, n_layers = inputs.rows, inputs.release.rules, inputs.rows.num_layers
+    evaluator = Evaluator(inputs.draft, rows, inputs.head, inputs.device)
     served = Candidate(rows.served, *evaluator.score(rows.aux))
-    searched = None
-    if do_search:
-        result = search(rows.layer_indices, k, rows.served, evaluator.evaluate, exhaustive_limit=exhaustive_limit)
-        searched = result
-    else:
-        known = {}
-        for wiring in extra:
-            known[wiring] = Candidate(wiring, *evaluator.evaluate([wiring])[0])
-        known.setdefault(rows.served, served)
-        result = SearchResult("given", known, len(known), 0, rows.served)
-    choice = choose(result, n_layers, rules, served=rows.served, family=resolved.family)
-    runner_up = choice.runner_up
-    margin = None
+    result = _candidates(request, inputs, evaluator, served)
+    choice = choose(result, n_layers, rules, served=rows.served, family=inputs.resolved.family)
+    runner_up, margin = choice.runner_up, None
     if runner_up is not None and math.isfinite(runner_up.likelihood_key) \
             and all(i in rows.layers for i in choice.best.hf_indices + runner_up.hf_indices):
         margin = evaluator.likelihood_margin(choice.best.hf_indices, runner_up.hf_indices)
     within_noise = None if margin is None else margin[0] < 2 * margin[1]  # under two standard errors
     fix = fix_for(TargetSpec(str(rows.meta.get("model_class") or "target"), n_layers, rows.hidden_size,
-                             family=resolved.family), rules, LaunchSpec(), choice.best.hf_indices)
-    served_in_layers = result.candidates.get(rows.served)
-    near_tie = any(c.hf_indices == rows.served for c in choice.near_ties)
+                             family=inputs.resolved.family), rules, LaunchSpec(), choice.best.hf_indices)
     finding = trained_layers_inferred_finding(
         rows.served, served.accuracy, served.positions, choice.best.hf_indices, choice.best.accuracy,
-        choice.best.positions, n_layers, choice.ids, choice.unreachable, version_text, near_tie, result.method,
+        choice.best.positions, n_layers, choice.ids, choice.unreachable, inputs.release.text,
+        any(c.hf_indices == rows.served for c in choice.near_ties), result.method,
         ties_reachable=sum(1 for ids, _ in choice.reachability.values() if ids is not None),
         margin_within_noise=within_noise)
+    served_in_layers = result.candidates.get(rows.served)
     if served_in_layers is not None and served_in_layers.correct != served.correct:
         notes.append(f"the served wiring scores {served.correct} from aux_hidden_states but {served_in_layers.correct} "
                      f"from the hidden_states.I of the same layers: the aux states are not the layers' residual "
                      f"stream as dumped")
+    return Scores(evaluator, served, result if request.do_search else None, result, choice, margin, fix, finding)
+
+
+def _draft_part(request: ReplayRequest, draft: TorchDraft) -> dict:
     s = draft.spec
-    vocab_rows = int(draft.w.lm_head.shape[0])
+    return {"directory": request.draft_dir, "hidden_size": s.hidden_size, "target_hidden_size": s.target_hidden_size,
+            "num_aux": s.num_aux, "fc_in": s.fc_in, "layers": s.num_layers, "norm_before_fc": s.norm_before_fc,
+            "fc_norm": s.fc_norm, "rope": {"type": s.rope.kind, "theta": s.rope.theta,
+                                           "rotary_dim": s.rope.rotary_dim, **dict(s.rope.params)},
+            "embedding": draft.w.embedding_source, "lm_head": draft.w.lm_head_source,
+            "vocab_rows": int(draft.w.lm_head.shape[0]), "d2t": draft.w.d2t is not None,
+            "eagle_aux_hidden_state_layer_ids": None if s.layer_ids is None else list(s.layer_ids)}
+
+
+def _best_part(sc: Scores, n_layers: int) -> dict:
+    choice, margin = sc.choice, sc.margin
+    within_noise = None if margin is None else margin[0] < 2 * margin[1]
+    return {**_candidate(choice.best, n_layers, choice.reachability.get(choice.best.hf_indices)),
+            "fix_notes": sc.fix["notes"], "likelihood_margin": None if margin is None else {
+                "over": list(choice.runner_up.hf_indices), "mean": round(margin[0], 6), "se": round(margin[1], 6),
+                "positions": margin[2], "within_noise": within_noise}}
+
+
+def _cost(inputs: Inputs, sc: Scores, started: float) -> dict:
+    evaluator = sc.evaluator
     per_wiring = evaluator.seconds / evaluator.evaluated if evaluator.evaluated else None
-    ranked = result.ranked(prefer=rows.served)
-    report = {
-        "sglang_version": version_text, "rules": target_family.rules_text(rules, resolved.family),
-        "device": str(device),
-        "draft": {"directory": draft_dir, "hidden_size": s.hidden_size, "target_hidden_size": s.target_hidden_size,
-                  "num_aux": s.num_aux, "fc_in": s.fc_in, "layers": s.num_layers, "norm_before_fc": s.norm_before_fc,
-                  "fc_norm": s.fc_norm, "rope": {"type": s.rope.kind, "theta": s.rope.theta,
-                                                 "rotary_dim": s.rope.rotary_dim, **dict(s.rope.params)},
-                  "embedding": draft.w.embedding_source, "lm_head": draft.w.lm_head_source,
-                  "vocab_rows": vocab_rows, "d2t": draft.w.d2t is not None,
-                  "eagle_aux_hidden_state_layer_ids": None if s.layer_ids is None else list(s.layer_ids)},
-        "target": {"directory": target_dir, "vocab": int(head.shape[0]), "hidden_size": int(head.shape[1]),
-                   "model_type": target_config.get("model_type"), "family": resolved.describe()},
-        "dumps": {"path": dump, "files": len(rows.files), "duplicates": len(rows.duplicates),
+    return {"setup_s": round(evaluator.setup_s, 4), "evaluations": evaluator.evaluated,
+            "evaluate_s": round(evaluator.seconds, 4),
+            "seconds_per_wiring": None if per_wiring is None else round(per_wiring, 6),
+            "flops_per_wiring": flops_per_wiring(inputs.draft.spec, inputs.rows.rows,
+                                                 int(inputs.draft.w.lm_head.shape[0])),
+            "total_s": round(time.perf_counter() - started, 3)}
+
+
+def build_report(request: ReplayRequest, inputs: Inputs, sc: Scores, notes: list[str], started: float) -> dict:
+    rows, n_layers, choice, searched = inputs.rows, inputs.rows.num_layers, sc.choice, sc.searched
+    head = inputs.head
+    return {
+        "sglang_version": inputs.release.text,
+        "rules": target_family.rules_text(inputs.release.rules, inputs.resolved.family),
+        "device": str(inputs.device),
+        "draft": _draft_part(request, inputs.draft),
+        "target": {"directory": request.target_dir, "vocab": int(head.shape[0]), "hidden_size": int(head.shape[1]),
+                   "model_type": inputs.target_config.get("model_type"), "family": inputs.resolved.describe()},
+        "dumps": {"path": request.dump, "files": len(rows.files), "duplicates": len(rows.duplicates),
                   "requests": rows.requests, "rows": rows.dumped_rows, "positions": rows.rows,
                   "num_layers": n_layers, "layer_indices": rows.layer_indices,
                   "sglang_versions": rows.versions, "cached_prefix_requests": rows.cached_prefix_requests},
-        "served": _candidate(served, n_layers),
+        "served": _candidate(sc.served, n_layers),
         "search": None if searched is None else {
-            "method": searched.method, "slots": k, "indices": len(rows.layer_indices),
-            "wirings": count_wirings(len(rows.layer_indices), k), "exhaustive_limit": exhaustive_limit,
+            "method": searched.method, "slots": inputs.draft.spec.num_aux, "indices": len(rows.layer_indices),
+            "wirings": count_wirings(len(rows.layer_indices), inputs.draft.spec.num_aux),
+            "exhaustive_limit": request.exhaustive_limit,
             "evaluated": len(searched.candidates), "rounds": searched.rounds, "start": list(searched.start)},
-        "best": {**_candidate(choice.best, n_layers, choice.reachability.get(choice.best.hf_indices)),
-                 "fix_notes": fix["notes"], "likelihood_margin": None if margin is None else {
-                     "over": list(runner_up.hf_indices), "mean": round(margin[0], 6), "se": round(margin[1], 6),
-                     "positions": margin[2], "within_noise": within_noise}},
+        "best": _best_part(sc, n_layers),
         "top": _candidate(choice.top, n_layers),
         "near_ties": [_candidate(c, n_layers, choice.reachability[c.hf_indices]) for c in choice.near_ties],
-        "candidates": [_candidate(c, n_layers) for c in ranked],
-        "finding": {"code": finding.code, "severity": finding.severity, "message": finding.message,
-                    "evidence": finding.evidence_dict()},
-        "cost": {"setup_s": round(evaluator.setup_s, 4), "evaluations": evaluator.evaluated,
-                 "evaluate_s": round(evaluator.seconds, 4),
-                 "seconds_per_wiring": None if per_wiring is None else round(per_wiring, 6),
-                 "flops_per_wiring": flops_per_wiring(s, rows.rows, vocab_rows),
-                 "total_s": round(time.perf_counter() - started, 3)},
+        "candidates": [_candidate(c, n_layers) for c in sc.result.ranked(prefer=rows.served)],
+        "finding": {"code": sc.finding.code, "severity": sc.finding.severity, "message": sc.finding.message,
+                    "evidence": sc.finding.evidence_dict()},
+        "cost": _cost(inputs, sc, started),
         "notes": notes,
         "exit_status": 0,
     }
-    return report
 
 
 def _wiring(c: dict) -> str:
