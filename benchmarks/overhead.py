@@ -23,21 +23,21 @@ speculative_num_steps), probe active against the bare call, median per call: the
 verify step is every part's hot-path work: the acceptance queue and the acceptance-by-slice queue (one append each,
 with the step's own list of its requests). The slices' per-request bucketing runs off the hot path; its cost per
 verify step at each batch is printed for context (`slice_count_us`, no budget: the flush thread's work).
-The verify step again with vocabulary coverage sampled on every step (issue 18; a server samples one step per
+The verify step again with vocabulary coverage sampled on every step (a server samples one step per
 EAGLE_PROBE_COVERAGE_INTERVAL_S, 0.1 s): the hook returns 3 committed tokens a request, as SGLang's resolver does,
 and the draft's hot vocabulary is 32 000 of 128 256 ids; what sampling adds to a verify step, paired (the same probed
 step with its sample due and not, interleaved), the figure amortised with the fingerprints; beside it, the flush
 thread's count of one sampled step of the largest batch (context, no budget).
-Decode step (issue 26): the two other hooks every decode step runs on every path, CUDA graphs included, hot, per call:
+Decode step: the two other hooks every decode step runs on every path, CUDA graphs included, hot, per call:
 ModelRunner.forward's (forward counts and path) and the EAGLE worker's hand-off after verify (worker boundary live,
 no fingerprint due); then every hook of one decode step summed (SPEC_STEPS speculative steps), under CUDA graphs and
 eager, beside its share of a 10 ms GPU step. The fingerprint figure is the worker boundary's sample as well: it queues
 the same reductions on the aux states the target hands the worker.
 Flush: one flush of everything counted (the probe's own thread, once per flush interval).
-Load (issue 19): eagle_probe.install() with SGLang's model registry imported, i.e. the registry scan and the wrapping
+Load: eagle_probe.install() with SGLang's model registry imported, i.e. the registry scan and the wrapping
 of every target class found (best of 5, in ms; budget 50 ms per process, absolute: it happens once).
 
-Reference (issue 17), measured in the same run: one call through a wrapt pass-through decorator whose wrapper does
+Reference, measured in the same run: one call through a wrapt pass-through decorator whose wrapper does
 one dict increment (timeit, best of 7 x 200 000; the bare call is printed beside it for context). Every probe figure
 is printed in us and as a multiple of the reference, beside its budget (BUDGETS: multiples, held on any machine)
 and PASS or OVER. --json adds the reference, the multiples, the budgets and the names over budget; --check exits 1
@@ -71,14 +71,14 @@ VERIFY_BATCHES = (1, 16, 64, 128)
 
 # The budgets, as multiples of the reference (one wrapt pass-through call plus one dict increment), in one place.
 BUDGETS = {
-    "target_forward_hot": 3.0,  # per target forward, each mode (issue 17)
-    "target_forward_in_situ": 10.0,  # per target forward inside real forwards, each mode (issue 17)
-    "draft_forward": 3.0,  # not in issue 17: the same kind of per-call wrapper as the target forward, hot
-    "verify_step": 8.0,  # per verify step at every batch in VERIFY_BATCHES: must not grow with the batch (issue 17)
-    "fingerprint_amortised": 0.5,  # one sample's cost spread over FORWARDS_PER_S forwards (issue 17)
-    "fingerprint_and_coverage_amortised": 0.5,  # issue 18: with the coverage samples of one second, per forward
-    "flush": 25.0,  # not in issue 17: once per flush interval (1 s), off the hot path; / FORWARDS_PER_S = 0.5x
-    "verify_step_coverage": 8.0,  # issue 18: a verify step whose tokens are sampled for coverage, as verify_step
+    "target_forward_hot": 3.0,  # per target forward, each mode
+    "target_forward_in_situ": 10.0,  # per target forward inside real forwards, each mode
+    "draft_forward": 3.0,  # the same kind of per-call wrapper as the target forward, hot
+    "verify_step": 8.0,  # per verify step at every batch in VERIFY_BATCHES: must not grow with the batch
+    "fingerprint_amortised": 0.5,  # one sample's cost spread over FORWARDS_PER_S forwards
+    "fingerprint_and_coverage_amortised": 0.5,  # with the coverage samples of one second, per forward
+    "flush": 25.0,  # once per flush interval (1 s), off the hot path; / FORWARDS_PER_S = 0.5x
+    "verify_step_coverage": 8.0,  # a verify step whose tokens are sampled for coverage, as verify_step
 }
 REFERENCE_NUMBER, REFERENCE_REPEAT = 200_000, 7
 
@@ -460,7 +460,7 @@ def flush_cost_us(n):
 
 
 SPEC_STEPS = 3  # speculative_num_steps of the decode step summed below (a common EAGLE-3 setting: 3 steps, topk 1)
-GPU_STEP_US = 10_000.0  # a decode step on a GPU (issue 26): the share printed for the probe's whole cost of one
+GPU_STEP_US = 10_000.0  # a decode step on a GPU: the share printed for the probe's whole cost of one
 
 
 def step_hooks_us(runner, model, n):
@@ -587,7 +587,7 @@ def fingerprint_rounds(rounds=FINGERPRINT_ROUNDS):
     return tuple({key: min(run[part][key] for run in runs) for key in runs[0][part]} for part in (0, 1))
 
 
-LOAD_BUDGET_MS = 50.0  # issue 19: the registry scan and wrapping at load time, per process (absolute: once)
+LOAD_BUDGET_MS = 50.0  # the registry scan and wrapping at load time, per process (absolute: once)
 
 
 _TEMP_DIRS = []  # the probe's log directories of this run, removed at exit unless --keep-logs
@@ -733,7 +733,7 @@ def main():
     load_ms, classes, wrapped = load_cost_ms()
     figures["load_ms"] = round(load_ms, 2)
     print(f"load: install with the registry imported ({classes} classes scanned, {wrapped} targets wrapped): "
-          f"{load_ms:.2f} ms, budget {LOAD_BUDGET_MS:.0f} ms per process (issue 19): "
+          f"{load_ms:.2f} ms, budget {LOAD_BUDGET_MS:.0f} ms per process: "
           f"{'PASS' if load_ms <= LOAD_BUDGET_MS else 'OVER'}")
     over = print_budgets(figures, reference)
     if load_ms > LOAD_BUDGET_MS:

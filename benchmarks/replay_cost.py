@@ -1,11 +1,11 @@
 """What `eagle-probe replay --search` costs: one wiring evaluation timed on a draft of realistic width, extrapolated
 to the search over a 61-layer target.
 
-The default shape is SpecForge's Kimi-K2.5 EAGLE-3 draft (configs/kimi-k25-eagle3.json: hidden 7168, 64 heads of
-128, 64 KV heads, intermediate 18432, draft vocabulary 32000, 3 aux states of a 7168-wide target, vocabulary 163840).
-Random weights in memory (no checkpoint); the rows are split into requests of --request-len tokens. Timed: the
-one-time set-up (the target's greedy tokens over its whole vocabulary, the embedding lookups and their half of q/k/v)
-and the per-wiring pass (fc, the decoder layer, the lm_head, argmax), the median of --repeat runs.
+The default shape is SpecForge's Kimi-K2.5 EAGLE-3 draft (configs/kimi-k25-eagle3.json in SpecForge: hidden 7168,
+64 heads of 128, 64 KV heads, intermediate 18432, draft vocabulary 32000, 3 aux states of a 7168-wide target,
+vocabulary 163840). Random weights in memory (no checkpoint); the rows are split into requests of --request-len
+tokens. Timed: the one-time set-up (the target's greedy tokens over its whole vocabulary, the embedding lookups and
+their half of q/k/v) and the per-wiring pass (fc, the decoder layer, the lm_head, argmax), the median of --repeat runs.
 
     .venv/bin/python benchmarks/replay_cost.py [--positions 256] [--device cpu] [--json]
 """

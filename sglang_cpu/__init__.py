@@ -1,5 +1,5 @@
 """Test and example support for running real SGLang on a machine without a GPU.
 
 Nothing here is part of the probe: these are the stand-ins SGLang needs on the CPU
-(see shared/notes/sglang-on-cpu.md), tiny checkpoint builders and a server launcher.
+(shims.py and the other *_shims.py, each saying why), tiny checkpoint builders and a server launcher.
 """

@@ -1,5 +1,5 @@
 """The "rope" case: a tiny EAGLE-3 draft whose attention matters, built for one rope_theta and served with another,
-so that its acceptance falls with sequence position (the cause issue 18 names for `acceptance_slice_low` by position).
+so that its acceptance falls with sequence position (the cause `acceptance_slice_low` names by position).
 
 Test-only support (never part of the probe). It extends the "map" construction of ``draft_models`` (read that
 first): the target still follows a next-token map exactly (its attention and MLP outputs are zero), and the draft

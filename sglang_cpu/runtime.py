@@ -1,6 +1,6 @@
 """Run tiny DeepSeek-V3 models through SGLang 0.5.23's real classes, in-process, on the CPU.
 
-What this sets up (shared/notes/sglang-on-cpu.md, "In-process model tests"), and why:
+What this sets up, and why:
 
 - `init_runtime()`: SGLang's layers read their configuration from a process-wide
   runtime context and their TP/PP groups from `sglang.srt.distributed`, even at TP=1.

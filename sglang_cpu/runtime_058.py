@@ -1,7 +1,7 @@
 """SGLang 0.5.8 variant of sglang_cpu.runtime (in-process tiny models on the CPU).
 
-Differences from 0.5.23 (shared/notes/sglang-on-cpu.md, "sglang 0.5.8 on the CPU"): no runtime_context or
-forward_context modules; ServerArgs go through set_global_server_args_for_scheduler with
+Differences from 0.5.23: no runtime_context or forward_context modules;
+ServerArgs go through set_global_server_args_for_scheduler with
 prefill/decode attention backends filled from get_attention_backends() as ModelRunner does;
 initialize_dp_attention and initialize_moe_config(server_args) as ModelRunner / Scheduler call them; the
 attention backend and both pools are ForwardBatch fields; transformers 4.57's DeepseekV3Config takes

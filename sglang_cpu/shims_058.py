@@ -1,7 +1,6 @@
 """Extra CPU stand-ins for SGLang 0.5.8 (test and example support only; applied by shims.apply()).
 
-0.5.8 imports from sgl_kernel at module level without a guard in two places (see
-shared/notes/sglang-on-cpu.md, "sglang 0.5.8 on the CPU"): layers/moe/moe_runner/deep_gemm.py
+0.5.8 imports from sgl_kernel at module level without a guard in two places: layers/moe/moe_runner/deep_gemm.py
 (`silu_and_mul`, and `copy_to_gpu_no_ce` from sgl_kernel.elementwise) and mem_cache/memory_pool_host.py
 (thirteen `transfer_*` names from sgl_kernel.kvcacheio). None of them is called on the CPU path; a
 stand-in module that defines the names, each raising if it ever is called, is enough.

@@ -10,7 +10,7 @@ speculative path launches (request-to-token slots, draft cache locations, tree b
 verify) runs on CPU tensors through Triton's interpreter: SGLang's own kernel logic stays in
 the loop instead of being rewritten here.
 
-What is patched (see shared/notes/sglang-on-cpu.md, "A speculative EAGLE-3 server on the CPU"):
+What is patched:
 
 1. ``speculative/draft_utils.DraftBackendFactory._create_backend`` gets a ``torch_native``
    entry: the multi-step draft decode backend is one ``TorchNativeAttnBackend`` per draft step

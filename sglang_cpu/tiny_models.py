@@ -1,4 +1,4 @@
-"""Tiny random-weight DeepSeek-V3 models for CPU tests (see shared/notes/sglang-on-cpu.md).
+"""Tiny random-weight DeepSeek-V3 models for CPU tests (SGLang on the CPU: sglang_cpu/shims.py).
 
 The configs are small enough to build in well under a second and keep the real MLA
 shape (q/kv LoRA ranks, split nope/rope head dims), so SGLang's DeepSeek path runs

@@ -15,8 +15,6 @@ Never part of the probe. Applied in every SGLang process (the spawned schedulers
   aux states differ. sitecustomize registers it before the probe installs, so the probe's wrapper sits outside
   this one and sees the perturbed values. Off unless the variable is set. With ``SGLANG_CPU_PERTURB_AUX_FLAG=PATH``
   it perturbs only while PATH exists, so one server serves a control phase and then the fault.
-
-See shared/notes/sglang-on-cpu.md, "Tensor parallelism on the CPU (`--tp-size 2`), sglang 0.5.23".
 """
 
 from __future__ import annotations

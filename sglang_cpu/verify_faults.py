@@ -1,5 +1,5 @@
 """Test-only fault in the served model (never part of the probe): the aux states of target verify forwards shifted
-by one row while prefill stays exact, the decode-path bug issue 18 describes (acceptance 2.88 -> 2.52).
+by one row while prefill stays exact, a decode-path bug of the kind that took acceptance from 2.88 to 2.52.
 
 ``SGLANG_CPU_SHIFT_VERIFY_AUX=FLAGFILE``: ``apply()`` (from ``sglang_cpu/site/sitecustomize.py``, before the probe
 installs, so the probe's wrapper sits outside and sees the shifted values) wraps ``DeepseekV2Model.forward``; while

@@ -358,7 +358,7 @@ def fix_for(target: TargetSpec, rules: VersionRules, launch: LaunchSpec, trained
 
 
 # -- shapes of speculation (adaptive depth, tree drafts) ---------------------------------------------------------
-# SGLang 0.5.23's facts (notes/speculation-shapes-and-cost.md): speculative/adaptive_spec_params.py
+# SGLang 0.5.23's facts, in its python/sglang/srt/: speculative/adaptive_spec_params.py
 # (DEFAULT_ADAPTIVE_CONFIG, adaptive_unsupported_reason), arg_groups/speculative_hook.py (_maybe_disable_adaptive,
 # _init_adaptive_speculative_params, _handle_eagle_family), speculative/eagle_utils.py (organize_draft_results).
 

@@ -19,7 +19,7 @@ FLOOR (0.4, two thirds of the prior) is far below everything published.
 The rule: at least MIN_STEPS (100) request-steps (each verify step counts every request in it, so 100 verify steps
 give at least 100) and a served first-position rate under FLOOR, Z (3) or more standard errors (binomial, at the
 prior) short of the prior. At 100 request-steps and 0.4 the shortfall is 4.1 standard errors, so every first-position
-rate under 0.4 over 100 or more request-steps is named, as issue 27 asks; a draft at 0.6 or above never is.
+rate under 0.4 over 100 or more request-steps is named; a draft at 0.6 or above never is.
 """
 
 import math

@@ -232,7 +232,7 @@ def test_summarize_names_no_slice_under_batched_load(load, capsys):
               <= sum(r["request_steps"] for r in buckets.values()) - MIN_REQUEST_STEPS]
     assert ("step", "first") in tested and any(d == "batch" for d, _ in tested), rank["slices"]
     assert rank["low"] == [] and not [f for f in report["findings"] if f["code"] == "acceptance_slice_low"]
-    # issue 27: the per-request accept lengths of this traffic are one group by construction (simulate_chain: 52 of
+    # the per-request accept lengths of this traffic are one group by construction (simulate_chain: 52 of
     # the 64 requests at <=2, none far from them), so acceptance_bimodal runs (20+ finished requests) and is silent.
     from eagle_probe.analysis import bimodal
 

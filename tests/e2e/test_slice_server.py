@@ -1,7 +1,7 @@
 """acceptance_slice_low on real SGLang 0.5.23 EAGLE-3 servers (CPU, greedy chain, 2 steps), as a user meets it:
 `eagle-probe summarize --format json` on the probe's log dir after the traffic.
 
-The cause is a config-level one of the kind issue 18 names: the draft's config.json says rope_theta 10000 while its
+The cause is a config-level one that acceptance by slice names: the draft's config.json says rope_theta 10000 while its
 weights were built for 1e6 (`sglang_cpu.position_draft`, case "rope"), so its attention loses the sink it rests on
 as the sequence grows and acceptance falls from about position 60 on. The control serves the same checkpoints with
 the rope_theta they were built for ("rope_built"), with the same traffic.
@@ -34,7 +34,7 @@ def root(tmp_path_factory):
     return str(tmp_path_factory.mktemp("slice-e2e"))
 
 
-# Issue 27's faults, put into these servers where they change nothing SGLang computes:
+# The causes users hit, put into these servers where they change nothing SGLang computes:
 # - both drafts were "trained" on 64-token sequences: "rope" says so through EAGLE_PROBE_DRAFT_MAX_LENGTH, "rope_built"
 #   through SpecForge's training_state.pt (args.max_length) in its directory; acceptance falls past 64 under "rope" only
 #   (acceptance_past_trained_length), and holds up under "rope_built";
@@ -205,7 +205,7 @@ def test_the_draft_construction_is_what_the_servers_show():
     assert all(P.sink_weight(d, d + 1, P.DEFAULT_ROPE_THETA) < 0.5 for d in range(64, 128))
 
 
-# -- issue 27: the causes users hit, on the same servers ------------------------------------------------------------
+# -- the causes users hit, on the same servers ---------------------------------------------------------------------
 
 
 def _findings(report, code):

@@ -1,4 +1,4 @@
-"""Values at the EAGLE worker boundary equal the inner forward's, bit for bit, slot by slot (issue 26, proof (a)).
+"""Values at the EAGLE worker boundary equal the inner forward's, bit for bit, slot by slot.
 
 One real speculative EAGLE-3 server on the CPU in eager mode (the "random" case: random weights, so every slot and
 row differs), with the probe taking values at both sources (SGLANG_CPU_PROBE_BOTH_VALUES=1, test-only): the inner

@@ -7,7 +7,7 @@
   the values read once the events report done equal the CPU's for the same states.
 
 Run on a GPU machine:  python -m pytest -q tests/gpu
-Never run yet: no device was lent to the session that wrote it (issue 26).
+Never run yet: no device was lent to the session that wrote it.
 """
 
 import time

@@ -21,7 +21,7 @@ EVERY_FORWARD = {"EAGLE_PROBE_FINGERPRINT_INTERVAL_S": "1e-9"}  # a new sampling
 
 # family -> (layers, ids set, positions SGLang 0.5.23 captures by the family's rule, SGLang class)
 CASES = {
-    "llama": (32, [2, 15, 28], [3, 16, 29], "LlamaForCausalLM"),  # issue 19: Llama-3.1-8B's ids
+    "llama": (32, [2, 15, 28], [3, 16, 29], "LlamaForCausalLM"),  # Llama-3.1-8B's ids
     "qwen3": (8, [1, 3, 5], [2, 4, 6], "Qwen3ForCausalLM"),
     "qwen3_moe": (4, [0, 1, 2], [1, 2, 3], "Qwen3MoeForCausalLM"),
     "glm4_moe": (4, [0, 1, 2], [1, 2, 3], "Glm4MoeForCausalLM"),  # layer 0 dense, 1-3 MoE

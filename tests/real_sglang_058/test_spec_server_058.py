@@ -71,8 +71,8 @@ def _run(root, name, case, env):
 @pytest.fixture(scope="module")
 def case(tmp_path_factory):
     case = build_case(str(tmp_path_factory.mktemp("spec-058")), "map", num_steps=NUM_STEPS)
-    # issue 27: norm_output, which LlamaForCausalLMEagle3 reads from 0.5.12 on; 0.5.8 never reads it, so it changes
-    # nothing this server computes, and the probe must name it (draft_config_ignored, for this release).
+    # a key this release ignores: norm_output, which LlamaForCausalLMEagle3 reads from 0.5.12 on; 0.5.8 never reads
+    # it, so it changes nothing this server computes, and the probe must name it (draft_config_ignored).
     path = os.path.join(case["draft"], "config.json")
     with open(path, encoding="utf-8") as handle:
         config = json.load(handle)

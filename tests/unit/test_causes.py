@@ -20,7 +20,7 @@ from eagle_probe.observations import VerifyStep
 
 
 @pytest.mark.parametrize("rate, steps, low", [
-    (0.39, 100, True),  # the line: every first position under 0.4 over 100 or more is named
+    (0.39, 100, True),  # the rule's line: every first position under 0.4 over 100 or more is named
     (0.0, 100, True), (0.399, 10 ** 6, True),
     (0.39, 99, False),  # too few request-steps
     (0.41, 10 ** 6, False),  # weak but within the field's spread: not "far below"

@@ -12,7 +12,7 @@ from eagle_probe.versions import PLUS_ONE_ALWAYS, PLUS_ONE_IF_FIRST_IS_ONE
 
 
 @pytest.mark.parametrize("rule, ids, expected", [
-    # shared/notes/sglang-internals.md §2, Kimi-K2.5 with 61 layers
+    # Kimi-K2.5 with 61 layers, under each capture-id rule
     (PLUS_ONE_ALWAYS, [2, 30, 58], (3, 31, 59)),
     (PLUS_ONE_IF_FIRST_IS_ONE, [2, 30, 58], (2, 30, 58)),
     (PLUS_ONE_ALWAYS, [1, 29, 57], (2, 30, 58)),

@@ -86,7 +86,7 @@ def test_a_small_gap_within_tolerance_is_not_below():
 # -- summarize -------------------------------------------------------------------------------------------------------
 
 def test_vocab_map_missing_scenario_without_a_finding_is_named(tmp_path, capsys):
-    """Issue 18's first fault seen from the logs alone: accept length 1.06 against a promise near 2.9."""
+    """A lost vocabulary map seen from the logs alone: accept length 1.06 against a promise near 2.9."""
     events = healthy_run() + [acceptance([0.05, 0.008, 0.002])]
     doc = summarize(tmp_path, capsys, events, "--draft-accuracy", "0.75,0.62,0.55")
     [found] = below(doc)
@@ -109,7 +109,7 @@ def test_vocab_map_missing_scenario_without_a_finding_is_named(tmp_path, capsys)
 
 
 def test_off_by_one_verify_scenario_is_a_warning(tmp_path, capsys):
-    """Issue 18's second fault: 2.52 served where 2.88 was reached (here: promised)."""
+    """Verify states off by one row: 2.52 served where 2.88 was reached (here: promised)."""
     accuracy = accuracy_for_mean_length(2.88, 3)  # one per-token accuracy that promises 2.88 over 3 positions
     events = healthy_run(tp_size=2) + [acceptance([0.7, 0.5, 0.32], drafts=3000)]
     doc = summarize(tmp_path, capsys, events, "--draft-accuracy", str(accuracy))

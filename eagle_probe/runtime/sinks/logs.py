@@ -1,6 +1,6 @@
 """JSON log lines through structlog, without touching the global structlog or stdlib logging config.
 
-One stable dotted event name per kind (README lists them). Output is stderr, or one file per
+One stable dotted event name per kind (docs/reference/events.md lists them). Output is stderr, or one file per
 process under EAGLE_PROBE_LOG_DIR so that every rank's lines stay whole and separable.
 """
 

@@ -9,7 +9,7 @@ collectives stay matched across ranks; only the writing ranks keep what was tapp
 On the forward's path only device-side copies are queued (into pinned host memory, non_blocking, with an event);
 a background thread waits for the event by polling query(), then writes the file (0600, in a 0700 directory,
 through a temporary name). The directory's total stays under EAGLE_PROBE_DUMP_MAX_MB; a full disk, the cap or an
-unwritable directory stops dumps with one event. The file layout is the README's "Dump files" contract.
+unwritable directory stops dumps with one event. The file layout is the "Dump files" contract of docs/values.md.
 """
 
 import errno
