@@ -6,7 +6,6 @@ Environment variables are the only channel that reaches SGLang's spawned schedul
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import NamedTuple
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
@@ -15,6 +14,10 @@ INNER_FORWARD_MODES = ("auto", "on", "off")
 DUMP_LAYER_CHOICES = ("aux", "all")
 DUMP_MODE_CHOICES = ("extend", "target_verify")  # the target forward modes a dump may hold
 MAX_ACCURACY_POSITIONS = 64  # per-position training accuracies; real draft chains have a handful
+# The runtime's integrations (runtime/integrations ALL, as `eagle-probe compat` lists them), named here because the
+# shared vocabulary imports nothing of the runtime; tests/unit/test_disabled_integrations.py holds them equal.
+INTEGRATION_NAMES = ("model_runner", "targets", "llama_eagle3", "kimi_k25_eagle3", "acceptance", "retraction",
+                     "eagle_worker", "runner_paths", "request_classes")
 DRAFT_ACCURACY_ACCEPTED = ("a number in (0, 1] (one per-token accuracy), or comma-separated per-position "
                            "accuracies in (0, 1] as SpecForge logs them, e.g. 0.75,0.62,0.55")
 
@@ -48,6 +51,7 @@ class ProbeConfig:
     flush_interval_s: float = 1.0  # counted values reach the Prometheus series at most this late (0: summary/exit)
     log_every_forward: bool = False
     inner_forward: str = "auto"
+    disabled_integrations: tuple[str, ...] = ()  # integrations that wrap nothing (names of INTEGRATION_NAMES)
     # Training accuracy, in one form everywhere: per-position conditional accuracies as SpecForge logs them per TTT
     # step, (0.75, 0.62, 0.55); one per-token number is the one-position tuple (0.75,), since the last repeats.
     draft_accuracy: tuple[float, ...] | None = None
@@ -64,37 +68,12 @@ class ProbeConfig:
     draft_max_length: int | None = None  # the sequence length the draft was trained on (eagle_probe.draft_dir)
 
     def to_env(self) -> dict:
-        """The variables that reproduce this configuration in a child process."""
-        env = {
-            "EAGLE_PROBE_ENABLED": "1" if self.enabled else "0",
-            "EAGLE_PROBE_LOG_LEVEL": self.log_level,
-            "EAGLE_PROBE_SUMMARY_INTERVAL_S": repr(self.summary_interval_s),
-            "EAGLE_PROBE_FLUSH_INTERVAL_S": repr(self.flush_interval_s),
-            "EAGLE_PROBE_FINGERPRINT_INTERVAL_S": repr(self.fingerprint_interval_s),
-            "EAGLE_PROBE_COVERAGE_INTERVAL_S": repr(self.coverage_interval_s),
-            "EAGLE_PROBE_LOG_EVERY_FORWARD": "1" if self.log_every_forward else "0",
-            "EAGLE_PROBE_INNER_FORWARD": self.inner_forward,
-        }
-        if self.log_dir:
-            env["EAGLE_PROBE_LOG_DIR"] = self.log_dir
-        if self.metrics_port is not None:
-            env["EAGLE_PROBE_METRICS_PORT"] = str(self.metrics_port)
-            env["EAGLE_PROBE_METRICS_ADDR"] = self.metrics_addr
-        if self.draft_accuracy is not None:
-            env["EAGLE_PROBE_DRAFT_ACCURACY"] = format_accuracy(self.draft_accuracy)
-        env["EAGLE_PROBE_COLLAPSE_RATIO"] = repr(self.collapse_ratio)
-        env["EAGLE_PROBE_COLLAPSE_MIN_DRAFTS"] = str(self.collapse_min_drafts)
-        if self.trained_layers:
-            env["EAGLE_PROBE_TRAINED_LAYERS"] = self.trained_layers
-        if self.reference:
-            env["EAGLE_PROBE_REFERENCE"] = self.reference
-        if self.draft_max_length is not None:
-            env["EAGLE_PROBE_DRAFT_MAX_LENGTH"] = str(self.draft_max_length)
-        if self.dump_dir:
-            env.update(EAGLE_PROBE_DUMP_DIR=self.dump_dir, EAGLE_PROBE_DUMP_EVERY=str(self.dump_every),
-                       EAGLE_PROBE_DUMP_RANKS="all" if self.dump_ranks is None else ",".join(map(str, self.dump_ranks)),
-                       EAGLE_PROBE_DUMP_LAYERS=self.dump_layers, EAGLE_PROBE_DUMP_MAX_MB=repr(self.dump_max_mb),
-                       EAGLE_PROBE_DUMP_MODES=",".join(self.dump_modes))
+        """The variables that reproduce this configuration in a child process: every setting that has a value."""
+        env = {}
+        for setting in SETTINGS:
+            text = setting.write(getattr(self, setting.field))
+            if text:
+                env[setting.variable] = text
         return env
 
 
@@ -222,6 +201,22 @@ def _modes(env: Mapping[str, str], name: str, default: tuple[str, ...]) -> tuple
     return tuple(modes)
 
 
+def _integrations(env: Mapping[str, str], name: str, default: tuple[str, ...]) -> tuple[str, ...]:
+    """Comma-separated integration names, each once (order kept): e.g. 'runner_paths,request_classes'."""
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    names = []
+    for part in raw.split(","):
+        integration = part.strip().lower()
+        if integration not in INTEGRATION_NAMES:
+            raise ConfigError(name, raw, "comma-separated integration names among " + ", ".join(INTEGRATION_NAMES)
+                              + f" ({part.strip()!r} is not one)")
+        if integration not in names:
+            names.append(integration)
+    return tuple(names)
+
+
 def _positive_int(env: Mapping[str, str], name: str, default: int) -> int:
     return _number(env, name, default, int, lambda v: v >= 1, "an integer >= 1")
 
@@ -289,77 +284,146 @@ def _reference_file(env: Mapping[str, str], name: str, default: str | None = Non
     return raw
 
 
-class Setting(NamedTuple):
-    """One EAGLE_PROBE_* variable: the config field it sets, how its text is read and checked (the default is the
-    field's own), and what it does. The documentation's configuration page is generated from SETTINGS."""
+def _text(value) -> str | None:
+    return None if value is None else str(value)
+
+
+def _float_text(value) -> str | None:
+    return None if value is None else repr(value)
+
+
+def _bool_text(value: bool) -> str:
+    return "1" if value else "0"
+
+
+def _ranks_text(value) -> str:
+    return "all" if value is None else ",".join(map(str, value))
+
+
+def _accuracy_text(value) -> str | None:
+    return None if value is None else format_accuracy(value)
+
+
+def _names_text(value) -> str:
+    return ",".join(value)
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One EAGLE_PROBE_* variable, declared once: ProbeConfig.to_env(), `eagle-probe run`'s options and help, and
+    the documentation's configuration page are generated from SETTINGS."""
 
     variable: str
-    field: str
+    field: str  # the ProbeConfig field it sets (the default is the field's own)
     read: Callable  # (env, variable, default) -> value; raises ConfigError naming what it accepts
     meaning: str
+    write: Callable[[object], str | None] = _text  # the value back to the variable's text (None or "": not set)
+    option: str | None = None  # its `eagle-probe run` option
+    path: bool = False  # `run` makes it absolute (the launched command may change directory)
+    needs: str | None = None  # the variable without which this setting does nothing
+    choices: tuple[str, ...] | None = None  # `run` offers these (case-insensitive)
     default_text: str | None = None  # how the unset default reads, where the field's value says it poorly
 
+    @property
+    def switch(self) -> bool:
+        """A yes/no setting: its `run` option takes no value."""
+        return self.read is _bool
 
-def _choices(choices) -> Callable:
-    return lambda env, name, default: _choice(env, name, default, choices)
 
+def _choice_setting(variable: str, field: str, choices, meaning: str, **more) -> Setting:
+    return Setting(variable, field, lambda env, name, default: _choice(env, name, default, choices), meaning,
+                   choices=tuple(choices), **more)
+
+
+def default_text(setting: Setting, defaults: "ProbeConfig | None" = None) -> str:
+    """The unset default as the documentation and `run --help` show it."""
+    if setting.default_text is not None:
+        return setting.default_text
+    value = getattr(ProbeConfig() if defaults is None else defaults, setting.field)
+    if value is None:
+        return "none"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return setting.write(value) or "none"
+
+
+_DUMP = "EAGLE_PROBE_DUMP_DIR"
+_ACCURACY = "EAGLE_PROBE_DRAFT_ACCURACY"
 
 SETTINGS = (
     Setting("EAGLE_PROBE_ENABLED", "enabled", _bool, "turns the probe on or off in every process that loads it "
-            "(`eagle-probe run` sets it to 1)"),
+            "(`eagle-probe run` sets it to 1)", write=_bool_text),
     Setting("EAGLE_PROBE_LOG_DIR", "log_dir", _directory, "the directory for the JSON log lines: one "
-            "`eagle-probe-HOST-PID.jsonl` per process", default_text="stderr"),
-    Setting("EAGLE_PROBE_LOG_LEVEL", "log_level", _choices(LOG_LEVELS), "the lowest level of the probe's log lines"),
+            "`eagle-probe-HOST-PID.jsonl` per process", option="--log-dir", path=True, default_text="stderr"),
+    _choice_setting("EAGLE_PROBE_LOG_LEVEL", "log_level", LOG_LEVELS, "the lowest level of the probe's log lines",
+                    option="--log-level"),
     Setting("EAGLE_PROBE_METRICS_PORT", "metrics_port", _port, "each process serves the probe's series (only them) "
             "on ADDR:PORT+tp_rank when SGLang's `--enable-metrics` is off; with it, SGLang's `/metrics` on every node "
-            "serves them and no exporter starts"),
+            "serves them and no exporter starts", option="--metrics-port"),
     Setting("EAGLE_PROBE_METRICS_ADDR", "metrics_addr", _address, "the IP address that exporter binds; another than "
             "loopback (needed when Prometheus runs on another host) logs one `eagle_probe.metrics.exposed` warning "
-            "naming it"),
+            "naming it", option="--metrics-addr"),
     Setting("EAGLE_PROBE_REFERENCE", "reference", _reference_file, "a JSON file from `eagle-probe reference`: each "
-            "live aux slot's fingerprint is compared with the training data's (`aux_value_mismatch`)"),
+            "live aux slot's fingerprint is compared with the training data's (`aux_value_mismatch`)",
+            option="--reference", path=True),
     Setting("EAGLE_PROBE_SUMMARY_INTERVAL_S", "summary_interval_s", _positive_float, "seconds between "
-            "`eagle_probe.summary` events (and the periodic acceptance, coverage and slice events)"),
+            "`eagle_probe.summary` events (and the periodic acceptance, coverage and slice events)",
+            write=_float_text, option="--summary-interval"),
     Setting("EAGLE_PROBE_FLUSH_INTERVAL_S", "flush_interval_s", _seconds_or_zero, "seconds between moves of the "
             "counted values into the Prometheus series (a background thread); `0`: only at the summary tick and at "
-            "exit"),
+            "exit", write=_float_text, option="--flush-interval"),
     Setting("EAGLE_PROBE_FINGERPRINT_INTERVAL_S", "fingerprint_interval_s", _seconds_or_zero, "seconds between "
-            "sampled fingerprints of the aux slots (`0`: off); see Hidden-state values"),
+            "sampled fingerprints of the aux slots (`0`: off); see Hidden-state values", write=_float_text,
+            option="--fingerprint-interval"),
     Setting("EAGLE_PROBE_COVERAGE_INTERVAL_S", "coverage_interval_s", _seconds_or_zero, "seconds between verify "
             "steps whose committed tokens are checked against the draft's vocabulary (`0`: off); see Vocabulary "
-            "coverage"),
+            "coverage", write=_float_text, option="--coverage-interval"),
     Setting("EAGLE_PROBE_LOG_EVERY_FORWARD", "log_every_forward", _bool, "an `eagle_probe.target.forward` line per "
-            "forward (debugging only)"),
-    Setting("EAGLE_PROBE_INNER_FORWARD", "inner_forward", _choices(INNER_FORWARD_MODES), "wrap the inner model "
-            "forwards (auto: off under `--enable-torch-compile`, and before 0.5.23 `--enable-piecewise-cuda-graph`, "
-            "which dynamo would trace them under; read from the command line)"),
-    Setting("EAGLE_PROBE_DRAFT_ACCURACY", "draft_accuracy", _accuracy, "the draft's training accuracy, per-position "
-            f"conditional accuracies as SpecForge logs them (at most {MAX_ACCURACY_POSITIONS}; one number is one "
-            "per-token accuracy for every position): enables expected-vs-observed acceptance (see Acceptance against "
-            "training)"),
+            "forward (debugging only)", write=_bool_text, option="--log-every-forward"),
+    _choice_setting("EAGLE_PROBE_INNER_FORWARD", "inner_forward", INNER_FORWARD_MODES, "wrap the inner model "
+                    "forwards (auto: off under `--enable-torch-compile`, and before 0.5.23 "
+                    "`--enable-piecewise-cuda-graph`, which dynamo would trace them under; read from the command "
+                    "line)", option="--inner-forward"),
+    Setting("EAGLE_PROBE_DISABLED_INTEGRATIONS", "disabled_integrations", _integrations, "integrations (as "
+            "`eagle-probe compat` lists them) that wrap nothing: their SGLang targets stay untouched, and each "
+            "target gives one `eagle_probe.integration.skipped` line (reason: disabled by "
+            "EAGLE_PROBE_DISABLED_INTEGRATIONS) saying what the probe cannot report without it",
+            write=_names_text, option="--disabled-integrations"),
+    Setting("EAGLE_PROBE_DRAFT_ACCURACY", "draft_accuracy", _accuracy, "the draft's training accuracy: per-position "
+            "conditional accuracies as SpecForge logs them, e.g. `0.75,0.62,0.55` (at most "
+            f"{MAX_ACCURACY_POSITIONS}), or one per-token number such as `0.75` for every position: enables "
+            "expected-vs-observed acceptance (see Acceptance against training)", write=_accuracy_text,
+            option="--draft-accuracy"),
     Setting("EAGLE_PROBE_COLLAPSE_RATIO", "collapse_ratio", _fraction, "observed / expected mean acceptance length "
-            "under this in a window is `acceptance_collapse`"),
+            "under this in a window is `acceptance_collapse`", write=_float_text, option="--collapse-ratio",
+            needs=_ACCURACY),
     Setting("EAGLE_PROBE_COLLAPSE_MIN_DRAFTS", "collapse_min_drafts", _positive_int, "request-steps a window needs "
-            "before it is judged (summary intervals with fewer are carried into the next window)"),
+            "before it is judged (summary intervals with fewer are carried into the next window)",
+            option="--collapse-min-drafts", needs=_ACCURACY),
     Setting("EAGLE_PROBE_TRAINED_LAYERS", "trained_layers", _layer_spec, "the layers the draft was trained on, "
             "`hf:0,3,31` or `sglang:-1,2,30` (see doctor): enables `layer_mismatch` against what the target "
-            "captures"),
-    Setting("EAGLE_PROBE_DUMP_DIR", "dump_dir", _directory, "turns on dumps of target forwards into this directory "
-            "(they contain token ids); created 0700, files 0600"),
+            "captures", option="--trained-layers"),
+    Setting(_DUMP, "dump_dir", _directory, "turns on dumps of target forwards into this directory (they contain "
+            "token ids); created 0700, files 0600", option="--dump-dir", path=True),
     Setting("EAGLE_PROBE_DUMP_EVERY", "dump_every", _positive_int, "dump the first eligible forward, then every "
-            "N-th; each mode of EAGLE_PROBE_DUMP_MODES is counted on its own"),
-    Setting("EAGLE_PROBE_DUMP_RANKS", "dump_ranks", _ranks, "the tp ranks that write dumps", default_text="0"),
-    Setting("EAGLE_PROBE_DUMP_LAYERS", "dump_layers", _choices(DUMP_LAYER_CHOICES), "`aux`: what the draft "
-            "receives; `all`: also the residual stream entering every layer (SGLang 0.5.14+)"),
-    Setting("EAGLE_PROBE_DUMP_MAX_MB", "dump_max_mb", _positive_float_mb, "size of the whole dump directory; "
-            "reaching it stops dumps"),
+            "N-th; each mode of EAGLE_PROBE_DUMP_MODES is counted on its own", option="--dump-every", needs=_DUMP),
+    Setting("EAGLE_PROBE_DUMP_RANKS", "dump_ranks", _ranks, "the tp ranks that write dumps", write=_ranks_text,
+            option="--dump-ranks", needs=_DUMP),
+    _choice_setting("EAGLE_PROBE_DUMP_LAYERS", "dump_layers", DUMP_LAYER_CHOICES, "`aux`: what the draft receives; "
+                    "`all`: also the residual stream entering every layer (SGLang 0.5.14+)", option="--dump-layers",
+                    needs=_DUMP),
+    Setting("EAGLE_PROBE_DUMP_MAX_MB", "dump_max_mb", _positive_float_mb, "the dump directory's total size in MB; "
+            "reaching it stops dumps", write=_float_text, option="--dump-max-mb", needs=_DUMP),
     Setting("EAGLE_PROBE_DUMP_MODES", "dump_modes", _modes, "target forward modes to dump: `extend` (prefill), "
             "`target_verify` (the eager verify forwards, with each row's request, position and whether it was "
-            "committed), or `extend,target_verify` (what `consistency` needs)", default_text="extend"),
+            "committed), or `extend,target_verify` (what `eagle-probe consistency` needs)", write=_names_text,
+            option="--dump-modes", needs=_DUMP),
     Setting("EAGLE_PROBE_DRAFT_MAX_LENGTH", "draft_max_length", _optional_positive_int, "the sequence length the "
-            "draft was trained on; unset, it is read from the draft directory (SpecForge's training_state.pt, else "
-            "config.json's max_position_embeddings, stated as such)", default_text="read from the draft directory"),
+            "draft was trained on; unset, it is read from the draft directory (SpecForge's training_state.pt "
+            "`args.max_length`, else config.json's max_position_embeddings, stated as such)",
+            option="--draft-max-length", default_text="read from the draft directory"),
 )
+SETTING_BY_VARIABLE = {setting.variable: setting for setting in SETTINGS}
 
 
 def load_config(env: Mapping[str, str] | None = None) -> ProbeConfig:

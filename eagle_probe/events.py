@@ -121,7 +121,8 @@ CATALOGUE = {
         "model_forwards: role, mode, path (eager, graph_replay, graph_capture), graph, count (ModelRunner.forward, "
         "every path)", "captures_lost", "findings", "internal_errors")),
     INTEGRATION_SKIPPED: Event("a patch target missing from a module SGLang imported (once per process; `warning` if "
-                               "the version table expects it there, else `info`)", (
+                               "the version table expects it there, else `info`), or one of an integration named in "
+                               "`EAGLE_PROBE_DISABLED_INTEGRATIONS` (`info`, once per install)", (
         "integration", "target", "reason", "expected", "sglang_version", "supported",
         "off: what the probe cannot report without it", "message")),
     UNSUPPORTED_VERSION: Event("SGLang outside the range (once per process; nothing is wrapped)", (

@@ -7,55 +7,16 @@ import sys
 
 from .. import __version__
 from ..bootstrap import BOOTSTRAP_DIR
-from ..config import DUMP_LAYER_CHOICES, INNER_FORWARD_MODES, LOG_LEVELS, ConfigError, load_config
+from ..config import SETTING_BY_VARIABLE, SETTINGS, ConfigError, default_text, load_config
 
-# `eagle-probe run` options: (option, variable, help). Each value is checked by load_config, as the variable is, so a
-# bad one is named with what it accepts; paths are made absolute (the launched command may change directory).
-RUN_OPTIONS = (
-    ("--log-dir", "EAGLE_PROBE_LOG_DIR", "one JSON-lines file per process here (default: stderr)"),
-    ("--metrics-port", "EAGLE_PROBE_METRICS_PORT", "per-process exporter on ADDR:PORT+tp_rank when SGLang's "
-     "--enable-metrics is off"),
-    ("--metrics-addr", "EAGLE_PROBE_METRICS_ADDR", "the IP address that exporter binds (default 127.0.0.1)"),
-    ("--summary-interval", "EAGLE_PROBE_SUMMARY_INTERVAL_S", "seconds between eagle_probe.summary events"),
-    ("--flush-interval", "EAGLE_PROBE_FLUSH_INTERVAL_S", "seconds between moves of the counts into the Prometheus "
-     "series (0: at the summary and at exit)"),
-    ("--fingerprint-interval", "EAGLE_PROBE_FINGERPRINT_INTERVAL_S", "seconds between sampled aux fingerprints "
-     "(0: off)"),
-    ("--coverage-interval", "EAGLE_PROBE_COVERAGE_INTERVAL_S", "seconds between verify steps whose tokens are "
-     "checked against the draft's vocabulary (default 0.1; 0: off)"),
-    ("--reference", "EAGLE_PROBE_REFERENCE", "a JSON file from `eagle-probe reference`: live slots are compared "
-     "with the training data's"),
-    ("--trained-layers", "EAGLE_PROBE_TRAINED_LAYERS", "the layers the draft was trained on: hf:0,3,31 or "
-     "sglang:-1,2,30"),
-    ("--draft-accuracy", "EAGLE_PROBE_DRAFT_ACCURACY", "the draft's training accuracy: one per-token number "
-     "(0.75) or per-position conditional accuracies as SpecForge logs them (0.75,0.62,0.55)"),
-    ("--draft-max-length", "EAGLE_PROBE_DRAFT_MAX_LENGTH", "the sequence length the draft was trained on "
-     "(default: SpecForge's training_state.pt args.max_length in the draft directory, else its config's "
-     "max_position_embeddings)"),
-    ("--collapse-ratio", "EAGLE_PROBE_COLLAPSE_RATIO", "observed / expected accept length under this is "
-     "acceptance_collapse (default 0.6)"),
-    ("--collapse-min-drafts", "EAGLE_PROBE_COLLAPSE_MIN_DRAFTS", "request-steps a window needs before it is judged"),
-    ("--dump-dir", "EAGLE_PROBE_DUMP_DIR", "turn on dumps of target forwards here (they contain token ids)"),
-    ("--dump-every", "EAGLE_PROBE_DUMP_EVERY", "dump the first eligible forward, then every N-th (default 10)"),
-    ("--dump-ranks", "EAGLE_PROBE_DUMP_RANKS", "'all' or comma-separated tp ranks that write dumps (default 0)"),
-    ("--dump-layers", "EAGLE_PROBE_DUMP_LAYERS", "aux (what the draft receives) or all (also every layer's input)"),
-    ("--dump-max-mb", "EAGLE_PROBE_DUMP_MAX_MB", "the dump directory's total size in MB (default 256)"),
-    ("--dump-modes", "EAGLE_PROBE_DUMP_MODES", "forward modes dumped: extend (default), target_verify, or both "
-     "(extend,target_verify: what `eagle-probe consistency` needs)"),
-)
-# `run` options with a parser of their own below (choices, a switch): (option, variable).
-OTHER_RUN_OPTIONS = (("--log-level", "EAGLE_PROBE_LOG_LEVEL"), ("--inner-forward", "EAGLE_PROBE_INNER_FORWARD"),
-                     ("--log-every-forward", "EAGLE_PROBE_LOG_EVERY_FORWARD"))
-PATH_OPTIONS = ("--log-dir", "--dump-dir", "--reference")
-# Options that do nothing without another: (options, the one they need, its variable).
-NEEDS = ((("--dump-every", "--dump-ranks", "--dump-layers", "--dump-max-mb", "--dump-modes"), "--dump-dir",
-          "EAGLE_PROBE_DUMP_DIR"),
-         (("--collapse-ratio", "--collapse-min-drafts"), "--draft-accuracy", "EAGLE_PROBE_DRAFT_ACCURACY"))
+# `eagle-probe run` takes every setting that has an option in config.SETTINGS. Each value is checked by load_config, as
+# the variable is, so a bad one is named with what it accepts.
+RUN_SETTINGS = tuple(setting for setting in SETTINGS if setting.option)
 
 
 def run_flags() -> dict:
     """{variable: its `eagle-probe run` option}; EAGLE_PROBE_ENABLED has none (`run` is the probe switched on)."""
-    return {variable: option for option, variable, *_ in RUN_OPTIONS + OTHER_RUN_OPTIONS}
+    return {setting.variable: setting.option for setting in RUN_SETTINGS}
 
 
 def _dest(option: str) -> str:
@@ -65,23 +26,24 @@ def _dest(option: str) -> str:
 def _option_values(args) -> dict:
     """{variable: (option, value)} for the run options given; a bad value is reported under both names."""
     values = {}
-    for option, variable, _ in RUN_OPTIONS:
-        value = getattr(args, _dest(option))
-        if value is not None and option in PATH_OPTIONS:
+    for setting in RUN_SETTINGS:
+        value = getattr(args, _dest(setting.option))
+        if setting.switch:
+            value = "1" if value else None
+        elif value is not None and setting.path:
             value = os.path.abspath(value)
-        values[variable] = (option, value)
-    for option, variable in OTHER_RUN_OPTIONS:
-        value = getattr(args, _dest(option))
-        values[variable] = (option, ("1" if value else None) if isinstance(value, bool) else value)
-    return {name: (option, value) for name, (option, value) in values.items() if value is not None}
+        if value is not None:
+            values[setting.variable] = (setting.option, value)
+    return values
 
 
 def _useless_option(args, env) -> str | None:
     """An option given that has no effect without another one (neither given as an option nor as a variable)."""
-    for options, needed, variable in NEEDS:
-        given = [o for o in options if getattr(args, _dest(o)) is not None]
-        if given and not env.get(variable):
-            return f"{given[0]} has no effect without {needed} (or {variable})"
+    given = _option_values(args)
+    for setting in RUN_SETTINGS:
+        if setting.needs and setting.variable in given and not env.get(setting.needs):
+            needed = SETTING_BY_VARIABLE[setting.needs].option
+            return f"{setting.option} has no effect without {needed} (or {setting.needs})"
     return None
 
 
@@ -148,6 +110,24 @@ def _nonblank(text: str) -> str:
     if not text.strip():
         raise argparse.ArgumentTypeError("must not be blank")
     return text
+
+
+def _run_help(setting) -> str:
+    """The option's help: the setting's own words, its default and its variable (argparse formats '%')."""
+    needs = f"; needs {SETTING_BY_VARIABLE[setting.needs].option}" if setting.needs else ""
+    text = f"{setting.meaning} (default: {default_text(setting)}{needs}) [{setting.variable}]"
+    return text.replace("`", "").replace("%", "%%")
+
+
+def add_run_options(run) -> None:
+    """One option per setting that has one; values are checked by load_config, as the variables are."""
+    for setting in RUN_SETTINGS:
+        if setting.switch:
+            run.add_argument(setting.option, action="store_true", help=_run_help(setting))
+        elif setting.choices:
+            run.add_argument(setting.option, type=str.lower, choices=setting.choices, help=_run_help(setting))
+        else:
+            run.add_argument(setting.option, type=_nonblank, help=_run_help(setting))
 
 
 def _accuracy_option(text: str):
@@ -247,16 +227,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="cmd", required=True)
 
     run = sub.add_parser("run", help="run a command (e.g. python -m sglang.launch_server ...) with the probe injected")
-    # Values are checked by load_config, as the variables are, so a bad one is named with what it accepts.
-    for option, variable, text in RUN_OPTIONS:
-        if option == "--dump-layers":
-            run.add_argument(option, type=str.lower, choices=DUMP_LAYER_CHOICES, help=f"{text} [{variable}]")
-        else:
-            run.add_argument(option, type=_nonblank, help=f"{text} [{variable}]")
-    run.add_argument("--log-level", type=str.lower, choices=LOG_LEVELS, help="the lowest level logged")
-    run.add_argument("--log-every-forward", action="store_true", help="debug: a line per forward")
-    run.add_argument("--inner-forward", type=str.lower, choices=INNER_FORWARD_MODES,
-                     help="wrap inner model forwards (auto: off under torch.compile / piecewise CUDA graphs)")
+    add_run_options(run)
     run.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ...")
     run.set_defaults(func=cmd_run)
 

@@ -2,6 +2,7 @@
 
 Each integration declares (module, qualified name, wrapper). A target is patched when its module is
 imported, or at once if it already is; a missing target is skipped with one event and a counter.
+An integration named in EAGLE_PROBE_DISABLED_INTEGRATIONS wraps nothing (one event per target).
 Uninstall puts back the exact objects that were in the class or module dict.
 """
 
@@ -60,11 +61,17 @@ class Patcher:
         self._applied = {}  # (module, qualname) -> (owner, attr, original, proxy, owned)
         self._hooked = set()  # modules with a post-import hook (wrapt cannot unregister them)
         self._skipped = set()  # targets already reported missing (the hook of a loaded module runs at once too)
+        self._disabled = frozenset()  # EAGLE_PROBE_DISABLED_INTEGRATIONS: hooks of an earlier install stay idle too
         self.enabled = False
 
     def install(self, integrations):
         self.enabled = True
+        config = getattr(STATE.recorder, "config", None)
+        self._disabled = frozenset(config.disabled_integrations if config is not None else ())
         for integration in integrations:
+            if integration.name in self._disabled:
+                self._report_disabled(integration)
+                continue
             for target in integration.targets:
                 if target.inner_forward and not STATE.inner_forward:
                     continue
@@ -82,7 +89,7 @@ class Patcher:
 
     def _watcher(self, integration):
         def on_import(module):
-            if self.enabled:
+            if self.enabled and integration.name not in self._disabled:
                 integration.on_import(module)
         return on_import
 
@@ -114,7 +121,7 @@ class Patcher:
 
     def _apply(self, integration: Integration, target: PatchTarget, module):
         key = (target.module, target.qualname)
-        if key in self._applied or key in self._skipped:
+        if key in self._applied or key in self._skipped or integration.name in self._disabled:
             return
         try:
             owner, attr, original, owned = resolve_target(target, module)
@@ -146,6 +153,21 @@ class Patcher:
         proxy = wrapt.FunctionWrapper(original, target.wrapper)
         setattr(owner, attr, proxy)
         self._applied[key] = (owner, attr, original, proxy, owned)
+
+    def _report_disabled(self, integration: Integration):
+        """One skip per target (and one for the targets it would find at load time), once per install."""
+        recorder = STATE.recorder
+        if recorder is None:
+            return
+        targets = [(f"{t.module}.{t.qualname}", t.observes, target_expected(t.module, t.qualname, recorder.rules))
+                   for t in integration.targets]
+        if integration.watch is not None:
+            targets.append((f"{integration.name} (targets found at load time)", "what those targets observe", True))
+        for dotted, observes, expected in targets:
+            if ("disabled", dotted) not in self._skipped:
+                self._skipped.add(("disabled", dotted))
+                recorder.integration_skipped(integration.name, dotted, "disabled by EAGLE_PROBE_DISABLED_INTEGRATIONS",
+                                             expected=expected, off=observes, level="info")
 
     def uninstall(self):
         self.enabled = False

@@ -230,12 +230,14 @@ class Recorder:
     def internal_error(self, where: str, exc: BaseException):
         self.out.internal_error(where, exc)
 
-    def integration_skipped(self, integration: str, target: str, reason: str, expected: bool = True, off: str = ""):
-        """A missing target the version table expects is a warning; one it says this release lacks is info.
-        Only this target stays unwrapped; the event says what the probe cannot report because of it."""
+    def integration_skipped(self, integration: str, target: str, reason: str, expected: bool = True, off: str = "",
+                            level: str | None = None):
+        """A missing target the version table expects is a warning; one it says this release lacks is info (and one
+        disabled by the user is `level`). Only this target stays unwrapped; the event says what the probe cannot
+        report because of it."""
         message = (f"{target} is not wrapped in SGLang {self.sglang_version} (supported range "
                    f"{SUPPORTED_RANGE_TEXT}): {reason}" + (f"; off: {off}" if off else ""))
-        self.out.emit("warning" if expected else "info", INTEGRATION_SKIPPED, integration=integration,
+        self.out.emit(level or ("warning" if expected else "info"), INTEGRATION_SKIPPED, integration=integration,
                       target=target, reason=reason, expected=expected, sglang_version=self.sglang_version,
                       supported=SUPPORTED_RANGE_TEXT, off=off, message=message)
         if self.metrics is not None:

@@ -127,3 +127,43 @@ def test_unwritable_dump_dir_flag(tmp_path, capsys, launch):
     rc, err = run(capsys, "--dump-dir", str(tmp_path / "file" / "dumps"), "--", "true")
     assert rc == 2 and not launch
     assert err.startswith("eagle-probe run: --dump-dir: EAGLE_PROBE_DUMP_DIR=")
+
+
+def test_run_options_are_generated_from_the_settings():
+    """Each option's kind, help, path handling and the option it needs come from its row in config.SETTINGS."""
+    from eagle_probe.config import SETTING_BY_VARIABLE, SETTINGS, default_text
+
+    run_parser = build_parser()._subparsers._group_actions[0].choices["run"]
+    actions = {a.option_strings[0]: a for a in run_parser._actions if a.option_strings}
+    for setting in SETTINGS:
+        if setting.option is None:
+            continue
+        action = actions[setting.option]
+        assert action.help.startswith(setting.meaning.replace("`", "").replace("%", "%%"))
+        assert action.help.endswith(f"[{setting.variable}]") and f"(default: {default_text(setting)}" in action.help
+        assert (action.nargs == 0) == setting.switch
+        assert tuple(action.choices or ()) == (setting.choices or ())
+        if setting.needs:
+            assert f"needs {SETTING_BY_VARIABLE[setting.needs].option})" in action.help
+    assert {s.option for s in SETTINGS if s.path} == {"--log-dir", "--dump-dir", "--reference"}
+    assert {s.option: s.needs for s in SETTINGS if s.needs} == {
+        **dict.fromkeys(("--dump-every", "--dump-ranks", "--dump-layers", "--dump-max-mb", "--dump-modes"),
+                        "EAGLE_PROBE_DUMP_DIR"),
+        **dict.fromkeys(("--collapse-ratio", "--collapse-min-drafts"), "EAGLE_PROBE_DRAFT_ACCURACY")}
+
+
+def test_to_env_writes_every_setting_that_has_a_value():
+    """to_env is generated from SETTINGS: each setting's formatter, and load_config reads it all back."""
+    from eagle_probe.config import ProbeConfig
+
+    config = ProbeConfig(enabled=False, log_dir="/l", metrics_port=9400, dump_dir="/d", dump_ranks=None,
+                         dump_modes=("extend", "target_verify"), draft_accuracy=(0.75, 0.5), log_every_forward=True,
+                         disabled_integrations=("targets",), draft_max_length=4096, trained_layers="hf:0,3,31")
+    env = config.to_env()
+    assert env["EAGLE_PROBE_ENABLED"] == "0" and env["EAGLE_PROBE_LOG_EVERY_FORWARD"] == "1"
+    assert env["EAGLE_PROBE_DUMP_RANKS"] == "all" and env["EAGLE_PROBE_DUMP_MODES"] == "extend,target_verify"
+    assert env["EAGLE_PROBE_DRAFT_ACCURACY"] == "0.75,0.5" and env["EAGLE_PROBE_METRICS_PORT"] == "9400"
+    assert load_config(env) == config
+    unset = ProbeConfig().to_env()
+    assert not {"EAGLE_PROBE_LOG_DIR", "EAGLE_PROBE_METRICS_PORT", "EAGLE_PROBE_DUMP_DIR", "EAGLE_PROBE_REFERENCE",
+                "EAGLE_PROBE_DRAFT_ACCURACY", "EAGLE_PROBE_DRAFT_MAX_LENGTH"} & set(unset)
