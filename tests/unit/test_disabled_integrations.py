@@ -2,22 +2,16 @@
 an unknown one is a ConfigError naming it and the valid names; a disabled integration wraps nothing, and each of its
 targets gives one integration-skipped event and count saying why."""
 
-import io
 import json
 import sys
 import types
 
-import prometheus_client
 import pytest
 
 from eagle_probe.config import INTEGRATION_NAMES, ConfigError, ProbeConfig, load_config
 from eagle_probe.observations import Ranks
 from eagle_probe.runtime.patcher import Integration, Patcher, PatchTarget
-from eagle_probe.runtime.recorder import Recorder
-from eagle_probe.runtime.sinks.logs import LogSink
-from eagle_probe.runtime.sinks.metrics import MetricsSink
 from eagle_probe.runtime.state import STATE
-from eagle_probe.versions import parse_version, rules_for
 
 VARIABLE = "EAGLE_PROBE_DISABLED_INTEGRATIONS"
 
@@ -110,16 +104,9 @@ def fake_sglang(monkeypatch):
     return module
 
 
-def recorder_with(config, stream, registry):
+def test_a_disabled_integration_wraps_nothing_and_says_so_once(fake_sglang, make_recorder, monkeypatch):
     ranks = Ranks(tp_rank=0, tp_size=1, pp_rank=0, dp_rank=None)
-    return Recorder(config, rules_for(parse_version("0.5.23")), "0.5.23", LogSink(stream=stream), lambda: ranks,
-                    lambda ranks, exporter=True: MetricsSink(ranks, registry=registry)), ranks
-
-
-def test_a_disabled_integration_wraps_nothing_and_says_so_once(fake_sglang, monkeypatch):
-    stream, registry = io.StringIO(), prometheus_client.CollectorRegistry()
-    recorder, ranks = recorder_with(ProbeConfig(flush_interval_s=0, disabled_integrations=("runner_paths",)),
-                                    stream, registry)
+    recorder, stream, registry, _ = make_recorder(ranks=ranks, disabled_integrations=("runner_paths",))
     monkeypatch.setattr(STATE, "recorder", recorder)
     cls, name = fake_sglang.Runner, fake_sglang.__name__
     forward, load_model = vars(cls)["forward"], vars(cls)["load_model"]
@@ -156,29 +143,30 @@ def test_a_disabled_integration_wraps_nothing_and_says_so_once(fake_sglang, monk
     assert vars(cls)["load_model"] is load_model
 
 
-def test_hooks_of_an_earlier_install_stay_idle_once_disabled(fake_sglang, monkeypatch):
+def test_hooks_of_an_earlier_install_stay_idle_once_disabled(fake_sglang, make_recorder, monkeypatch):
     """wrapt cannot unregister a post-import hook: one left by an install that wrapped the integration must not
     wrap it under a later install that disables it."""
-    stream, registry = io.StringIO(), prometheus_client.CollectorRegistry()
     cls, name = fake_sglang.Runner, fake_sglang.__name__
     forward = vars(cls)["forward"]
     watched = []
     integration = Integration("runner_paths", (PatchTarget(name, "Runner.forward", lambda w, i, a, k: w(*a, **k)),),
                               watch=lambda: (name,), on_import=watched.append)
     patcher = Patcher()
-    monkeypatch.setattr(STATE, "recorder", recorder_with(ProbeConfig(flush_interval_s=0), stream, registry)[0])
+    first = make_recorder()
+    monkeypatch.setattr(STATE, "recorder", first.recorder)
     patcher.install([integration])
     assert vars(cls)["forward"] is not forward and watched and set(watched) == {fake_sglang}
     calls = len(watched)
     patcher.uninstall()
-    monkeypatch.setattr(STATE, "recorder", recorder_with(
-        ProbeConfig(flush_interval_s=0, disabled_integrations=("runner_paths",)), stream, registry)[0])
+    second = make_recorder(disabled_integrations=("runner_paths",))
+    monkeypatch.setattr(STATE, "recorder", second.recorder)
     patcher.install([integration])
     try:
         patcher._hook(integration, integration.targets[0])(fake_sglang)
         patcher._watcher(integration)(fake_sglang)
         assert vars(cls)["forward"] is forward and len(watched) == calls
-        targets = [json.loads(line)["target"] for line in stream.getvalue().splitlines()
+        lines = (first.stream.getvalue() + second.stream.getvalue()).splitlines()  # both installs' events
+        targets = [json.loads(line)["target"] for line in lines
                    if json.loads(line)["event"] == "eagle_probe.integration.skipped"]
         assert targets == [f"{name}.Runner.forward", "runner_paths (targets found at load time)"]
     finally:
