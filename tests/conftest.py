@@ -85,7 +85,7 @@ def build_recorder(rules="0.5.23", ranks=None, **config):
 
     from eagle_probe.config import ProbeConfig
     from eagle_probe.observations import Ranks
-    from eagle_probe.runtime.recorder import Recorder
+    from eagle_probe.runtime.recorder import ProcessHooks, Recorder
     from eagle_probe.runtime.sinks.logs import LogSink
     from eagle_probe.runtime.sinks.metrics import MetricsSink
     from eagle_probe.versions import parse_version, rules_for
@@ -98,7 +98,7 @@ def build_recorder(rules="0.5.23", ranks=None, **config):
         return MetricsSink(ranks, probe_config.metrics_port, registry=registry, addr=probe_config.metrics_addr)
 
     recorder = Recorder(probe_config, rules_for(parse_version(rules)), "0.5.23", LogSink(stream=stream),
-                        lambda: ranks, make_metrics, clock=clock)
+                        ProcessHooks(lambda: ranks, make_metrics, clock=clock))
     return Probe(recorder, stream, registry, clock)
 
 

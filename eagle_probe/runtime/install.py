@@ -18,7 +18,7 @@ from ..config import ConfigError, inner_forward_enabled, load_config
 from .context import graph_capture, launch, ranks
 from .integrations import ALL
 from .patcher import PATCHER
-from .recorder import Recorder
+from .recorder import ProcessHooks, Recorder
 from .sinks.logs import LogSink
 from .state import STATE
 from .values import sampler
@@ -80,9 +80,9 @@ def install(env=None) -> bool:
             return _shared_metrics(rank_info, port, lambda ranks, port: MetricsSink(
                 ranks, port, addr=config.metrics_addr, node_served=served))
 
-        STATE.recorder = Recorder(config, rules, sglang_version, logs,
-                                  ranks.read_ranks, make_metrics, on_serving=install_sigterm_flush,
-                                  read_launch=launch.read_launch)
+        hooks = ProcessHooks(ranks.read_ranks, make_metrics, on_serving=install_sigterm_flush,
+                             read_launch=launch.read_launch)
+        STATE.recorder = Recorder(config, rules, sglang_version, logs, hooks)
         STATE.inner_forward = inner_forward_enabled(config, sys.argv)
         if config.inner_forward == "auto" and env is None:
             # Decided from the launch command; spawned schedulers see other argv, so pass it on.

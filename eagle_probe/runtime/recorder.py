@@ -8,6 +8,7 @@ periodic.py). Any exception in a sink is counted and logged once; the caller nev
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from .. import __version__
 from ..analysis.traffic import HTTP_SERVER
@@ -27,23 +28,35 @@ from .periodic import Periodic
 from .sinks.metrics import MetricsSink
 
 
+@dataclass(frozen=True)
+class ProcessHooks:
+    """What the recorder reads from its process, each when first needed (runtime/install.py builds them)."""
+
+    read_ranks: Callable[[], Ranks | None]
+    # (ranks, exporter) -> the metrics sink; None: no metrics
+    make_metrics: Callable | None = None
+    # Called on the first forwards and verify steps until it returns True (install: the SIGTERM flush, set up once
+    # SGLang's own start-up in this process is done).
+    on_serving: Callable[[], bool] | None = None
+    # What the nodes of one launch share (runtime/context/launch.py).
+    read_launch: Callable[[], dict | None] | None = None
+    clock: Callable[[], float] = time.monotonic
+
+
 class Recorder:
     def __init__(self, config: ProbeConfig, rules: VersionRules, sglang_version: str | None, logs,
-                 read_ranks: Callable[[], Ranks | None], make_metrics: Callable | None = None,
-                 clock=time.monotonic, on_serving: Callable[[], bool] | None = None,
-                 read_launch: Callable[[], dict | None] | None = None):
+                 hooks: "ProcessHooks"):
         self.config = config
         self.rules = rules
         self.sglang_version = sglang_version
         self.logs = logs
         self.out = Outputs(logs)
-        self.periodic = Periodic(self.out, config.summary_interval_s, clock)
-        self._read_ranks = read_ranks
-        self._read_launch = read_launch  # what the nodes of one launch share (runtime/context/launch.py)
-        self._make_metrics = make_metrics
-        # Called on the first forwards and verify steps until it returns True (install: the SIGTERM flush, set up
-        # once SGLang's own start-up in this process is done).
-        self._on_serving = on_serving
+        self.periodic = Periodic(self.out, config.summary_interval_s, hooks.clock)
+        self._read_ranks = hooks.read_ranks
+        self._read_launch = hooks.read_launch
+        self._make_metrics = hooks.make_metrics
+        # Dropped once it has returned True.
+        self._on_serving = hooks.on_serving
         self.ranks: Ranks | None = None
         self.log_every_forward = config.log_every_forward  # wrappers then build every observation
         self._pending_skips = []
