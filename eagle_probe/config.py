@@ -292,7 +292,7 @@ def _float_text(value) -> str | None:
     return None if value is None else repr(value)
 
 
-def _bool_text(value: bool) -> str:
+def _bool_text(value: object) -> str:
     return "1" if value else "0"
 
 

@@ -12,7 +12,7 @@ defining the setter in a release belongs to a row or to UNTABLED.
 DeepSeek's rows are built from versions.RULES (the capture-id rule and embedding capture are that table's
 facts, not repeated here). Nothing here imports SGLang.
 
-The rules (the letters of notes/sglang-targets.md):
+The rules (their letters as docs/reference/families.md shows them):
   A  plus_one_always             [v + 1 for v in ids]; default [2, n // 2, n - 3]
   B  plus_one_if_first_is_one    +1 only when ids[0] == 1, else ids as given; default as A
   C  as_given_if_max_is_n        ids as given when max(ids) == n, else +1; default as A
@@ -115,7 +115,8 @@ def _v(text: str) -> Version:
     return parsed
 
 
-def _rows(name: str, label: str, first: str, changes: Sequence[tuple[str, dict]] = (), **fields) -> list[Family]:
+def _rows(name: str, label: str, first: str, changes: Sequence[tuple[str, dict]] = (), /,
+          **fields) -> list[Family]:
     """Rows of one family: `fields` hold from `first`; each (release, overrides) of `changes` starts a new row."""
     out: list[Family] = []
     current = dict(fields)

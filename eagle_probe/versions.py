@@ -409,7 +409,7 @@ def rule_since(rules: VersionRules, name: str) -> Version:
 
 def acceptance_targets() -> tuple[tuple[str, str, str], ...]:
     """(module, qualname, worker) of every acceptance hook any row names, in table order: what to wrap."""
-    seen = {}
+    seen: dict[tuple[str, str], str] = {}
     for rules in RULES:
         for hook in rules.acceptance:
             seen.setdefault((hook.module, hook.qualname), hook.worker)

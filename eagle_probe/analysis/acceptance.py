@@ -21,12 +21,13 @@ which for one number is 1 + a + a^2 + ... + a^n, as before.
 
 from collections import Counter
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 Accuracy = Sequence[float]  # per-position conditional accuracies; the last repeats past its end
+K = TypeVar("K")  # a count's key: a length, a depth, (depth, accepted)
 
 
-def subtract_counts(now: dict[int, int], before: dict[int, int]) -> dict[int, int]:
+def subtract_counts(now: dict[K, int], before: dict[K, int]) -> dict[K, int]:
     """Per-length counts added since `before` (both cumulative)."""
     return {length: count - before.get(length, 0) for length, count in now.items() if count != before.get(length, 0)}
 
@@ -180,7 +181,7 @@ class AcceptanceWindow:
     @property
     def length_histogram(self) -> Counter:
         """Accepted drafts per request-step -> count (SGLang's spec_correct_drafts_histogram, summed)."""
-        out = Counter()
+        out: Counter[int] = Counter()
         for (_, accepted), n in self.counts.items():
             out[accepted] += n
         return out

@@ -39,7 +39,7 @@ def split(histogram: dict[str, int]) -> dict | None:
     total = sum(counts)
     if total < MIN_REQUESTS or any(c < 0 for c in counts):
         return None
-    best = None
+    best: dict | None = None
     for cut_start in range(1, len(counts) - 1):  # the valley is counts[cut_start:cut_end]
         for cut_end in range(cut_start + 1, len(counts)):
             low, valley, high = counts[:cut_start], counts[cut_start:cut_end], counts[cut_end:]
@@ -55,7 +55,7 @@ def split(histogram: dict[str, int]) -> dict | None:
             spread = _bound(REQUEST_LENGTH_BUCKETS[high_at]) - _bound(REQUEST_LENGTH_BUCKETS[low_at])
             if spread < MIN_SPREAD:
                 continue
-            candidate = {"requests": total, "low_requests": sum(low), "high_requests": sum(high),
+            candidate: dict = {"requests": total, "low_requests": sum(low), "high_requests": sum(high),
                          "low_peak": REQUEST_LENGTH_BUCKETS[low_at], "high_peak": REQUEST_LENGTH_BUCKETS[high_at],
                          "valley": list(REQUEST_LENGTH_BUCKETS[cut_start:cut_end]), "valley_requests": sum(valley),
                          "rule": RULE}

@@ -112,13 +112,18 @@ READ_SITES: dict[str, tuple[tuple[str, str | None], ...]] = {
 NEWEST = format_version(SUPPORTED_MAX)
 
 
-def reads_for(model_class: str, release: str) -> frozenset:
-    """The (key, where) pairs the class reads in `release` (the table's; an unknown class is read as Llama's)."""
+def _release_version(release: str) -> tuple[int, ...]:
     version = parse_version(release)
     if version is None:
         raise ValueError(f"not a release number: {release!r}")
+    return version
+
+
+def reads_for(model_class: str, release: str) -> frozenset:
+    """The (key, where) pairs the class reads in `release` (the table's; an unknown class is read as Llama's)."""
+    version = _release_version(release)
     row = READS[draft_class(model_class).name]
-    return frozenset(kw for kw, since in row.items() if parse_version(since) <= version)
+    return frozenset(kw for kw, since in row.items() if _release_version(since) <= version)
 
 
 def _first_reader(model_class: str, key: str, where: str) -> str | None:
@@ -187,12 +192,11 @@ def ignored_keys(config: dict, model_class: str, release: str, applied: dict[str
 
 def _fix(item: IgnoredKey, model_class: str) -> str:
     other = NESTED if item.where == TOP else TOP
-    version = parse_version(item.release)
     if (item.key, other) in reads_for(model_class, item.release):
         place = "the top level" if other == TOP else "eagle_config"
         return f"move it to {place} of config.json, where this release reads it"
     since = _first_reader(model_class, item.key, item.where)
-    if since is not None and parse_version(since) > version:
+    if since is not None and _release_version(since) > _release_version(item.release):
         return f"serve with SGLang {since} or later, whose {draft_class(model_class).name} reads it"
     if item.reason == "loaded module":
         return "check how this release builds the module (the probe saw it read, yet not applied)"

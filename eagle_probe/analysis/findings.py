@@ -157,7 +157,7 @@ def capture_config_findings(obs: "CaptureConfigured", rules: VersionRules,
                             family: Optional["Family"] = None) -> list[Finding]:
     """The configured positions checked against what the target can capture and against its rule: DeepSeek's
     (from `rules`) unless a `family` row (eagle_probe.families) is given."""
-    findings = []
+    findings: list[Finding] = []
     if not obs.is_last_pp_stage:
         return findings  # SGLang returns early on earlier PP stages; nothing is configured there
     embedding = rules.embedding_capturable if family is None else family.embedding_capturable
@@ -216,7 +216,7 @@ def _aux_count_causes(obs: "TargetForward", repeated: list[int]) -> str:
 
 def forward_findings(obs: "TargetForward") -> list[Finding]:
     findings = []
-    if obs.lost:
+    if obs.lost and obs.tbo_range is not None:  # slots are lost only where TBO ran a range
         kept = [i for i in obs.layers_to_capture if i not in obs.lost]
         findings.append(_finding(
             TBO_CAPTURE_LOST,
@@ -451,11 +451,6 @@ class WiringSearch:
     method: str
     ties_reachable: int = 1
     margin_within_noise: bool | None = None
-
-
-def trained_layers_inferred_finding(*fields, **named) -> Finding:
-    """WiringSearch's fields, in its order (the positional form replay's callers use)."""
-    return wiring_search_finding(WiringSearch(*fields, **named))
 
 
 def wiring_search_finding(search: WiringSearch) -> Finding:

@@ -29,10 +29,10 @@ def split(sampling: dict[str, dict] | None) -> dict[str, dict]:
         side["accepted_drafts"] += sum(accepted)  # accepted[k]: request-steps that accepted position k
         side["first_accepted"] += accepted[0] if accepted else 0
         side["first_drafted"] += (drafted[0] if drafted else 0) if drafted is not None else steps
-    for side in list(out):
-        c = out[side]
+    for name in list(out):
+        c = out[name]
         if not c["request_steps"]:
-            del out[side]
+            del out[name]
             continue
         c["first_position_rate"] = c["first_accepted"] / c["first_drafted"] if c["first_drafted"] else None
         c["mean_accept_length"] = 1 + c["accepted_drafts"] / c["request_steps"]

@@ -39,8 +39,9 @@ class LabelValues:
 
     def __init__(self, allowed: Sequence[str] | None):
         self.allowed = tuple(str(key) for key in (allowed or ()))
-        self._values = {key: set() for key in self.allowed}
-        self.refused, self.overflowed = set(), set()
+        self._values: dict[str, set[str]] = {key: set() for key in self.allowed}
+        self.refused: set[str] = set()
+        self.overflowed: set[str] = set()
         self._news: list[tuple[str, str]] = []
 
     def buckets(self, labels) -> list[tuple[str, str]]:

@@ -41,8 +41,8 @@ def map_problems(d2t: Sequence[int], draft_vocab_size: int | None, target_vocab_
     "out_of_range_count": n, "collisions": [(target id, [draft ids])], "collision_count": n}."""
     out_of_range: list[tuple] = []
     out_count = 0
-    first_owner = {}
-    collisions = {}
+    first_owner: dict[int, int] = {}
+    collisions: dict[int, list[int]] = {}
     for draft_id, offset in enumerate(d2t):
         target_id = draft_id + int(offset)
         if not 0 <= target_id < target_vocab_size:
@@ -101,7 +101,9 @@ def vocab_map_findings(model_class: str, draft_vocab_size: int | None, target_vo
     if target_vocab_size is None:
         return []
     if d2t is None:
-        if draft_vocab_size is not None and draft_vocab_size > target_vocab_size:
+        if draft_vocab_size is None:
+            return []  # the target's lm_head: the full vocabulary, no map
+        if draft_vocab_size > target_vocab_size:
             return [_finding(
                 DRAFT_VOCAB_MAP_INVALID,
                 f"{model_class}: draft_vocab_size {draft_vocab_size} is larger than the target's vocab_size "

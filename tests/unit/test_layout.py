@@ -81,9 +81,7 @@ MAX_FUNCTION_LINES = 60
 MAX_PARAMETERS = 8
 # Functions over the limits that are still to be split (path:name): each must still be over them, so that the list
 # only shrinks.
-PENDING = {"analysis/config_rules.py:speculation_report", "commands/contract/rules.py:_rule_claims",
-           "commands/summarize/html_report.py:render_html", "commands/summarize/report.py:build_report",
-           "commands/summarize/report.py:render_text"}
+PENDING = {"analysis/config_rules.py:speculation_report", "commands/contract/rules.py:_rule_claims"}
 
 
 def _functions(path: pathlib.Path):

@@ -240,7 +240,26 @@ def _nodes_section(nodes: dict | None, notes: list[str]) -> list[str]:
 
 
 def render_html(report: dict, title: str = "eagle-probe report") -> str:
-    parts = [
+    # One element per block of the page, joined by newlines.
+    parts = _head(report, title)
+    parts += _notices_section(report["notices"])
+    parts += _nodes_section(report.get("nodes"), report.get("node_notices") or [])
+    parts += _findings_section(report["findings"])
+    parts += _acceptance_section(report)
+    parts += _coverage_section(report.get("draft_vocab_coverage") or {})
+    parts += _training_section(report.get("training") or {})
+    parts += _values_section(report.get("values") or {})
+    for r in report["ranks"]:
+        parts += _rank_section(r)
+    parts.append('<pre id="img-check"></pre>')
+    parts.append(f"<script>{SCRIPT}</script>")
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def _head(report: dict, title: str) -> list[str]:
+    """The page's head (its Content-Security-Policy: no network load, only SCRIPT runs), title and input."""
+    return [
         "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">",
         "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; img-src data:; "
         f"style-src 'unsafe-inline'; script-src {SCRIPT_SRC}\">",
@@ -249,90 +268,121 @@ def render_html(report: dict, title: str = "eagle-probe report") -> str:
         f"<p>{len(report['ranks'])} process(es), {report.get('events', 0)} probe events.</p>",
         _input_section(report.get("input")),
     ]
-    if report["notices"]:
-        parts.append("<h2>Notices</h2>" + _table(("event", "details"), [
-            (n.get("event"), ", ".join(f"{k}={v}" for k, v in n.items()
-                                       if k not in ("event", "timestamp", "level", "logger")))
-            for n in report["notices"]], "notices"))
-    parts += _nodes_section(report.get("nodes"), report.get("node_notices") or [])
-    parts.append('<h2>Findings (all ranks)</h2>')
-    if report["findings"]:
-        parts.append(_table(("code", "severity", "count", "ranks", "first", "last", "message"), [
-            (f["code"], f["severity"], f["count"], ", ".join(str(r) for r in f["ranks"]), f["first_time"],
-             f["last_time"], f["last_message"]) for f in report["findings"]], "findings"))
-    else:
-        parts.append("<p>No findings.</p>")
+
+
+def _notices_section(notices: list) -> list[str]:
+    """Events that are no rank's (config errors, unsupported versions, skipped integrations), with their fields."""
+    if not notices:
+        return []
+    return ["<h2>Notices</h2>" + _table(("event", "details"), [
+        (n.get("event"), ", ".join(f"{k}={v}" for k, v in n.items()
+                                   if k not in ("event", "timestamp", "level", "logger")))
+        for n in notices], "notices")]
+
+
+def _findings_section(findings: list) -> list[str]:
+    """The findings of all ranks, one row per code."""
+    heading = "<h2>Findings (all ranks)</h2>"
+    if not findings:
+        return [heading, "<p>No findings.</p>"]
+    return [heading, _table(("code", "severity", "count", "ranks", "first", "last", "message"), [
+        (f["code"], f["severity"], f["count"], ", ".join(str(r) for r in f["ranks"]), f["first_time"],
+         f["last_time"], f["last_message"]) for f in findings], "findings")]
+
+
+def _acceptance_section(report: dict) -> list[str]:
+    """Each rank's acceptance figures and the plots (plots()), when the logs hold acceptance events."""
     plot_list = plots(report)
-    parts.append("<h2>Acceptance</h2>")
-    if plot_list:
-        rows = []
-        for r in report["ranks"]:
-            acc = r.get("acceptance")
-            if acc:
-                rows.append((r["tp_rank"], r["pid"], acc["windows"], acc["drafts"], _num(acc["mean_accept_length"], 2),
-                             _num(acc["expected_mean_accept_length"], 2), _num(acc["accept_rate"]),
-                             ", ".join(str(_num(v)) for v in acc["per_position_rate"]),
-                             ", ".join(str(_num(v)) for v in acc["conditional_rate"]),
-                             ", ".join(acc.get("read_at") or [])))
-        parts.append(_table(("tp_rank", "pid", "windows", "drafts", "mean accept length", "expected",
-                             "accept rate", "per position", "conditional", "read at"), rows, "acceptance"))
-        parts.append("<div>" + "".join(_img(svg, alt, pid) for pid, alt, svg in plot_list) + "</div>")
-    else:
-        parts.append("<p>No <code>eagle_probe.acceptance</code> events in these logs.</p>")
-    coverage = [r for r in (report.get("draft_vocab_coverage") or {}).get("ranks") or []]
-    if coverage:
-        parts.append("<h3>Draft vocabulary coverage</h3>" + _table(
-            ("tp_rank", "pid", "coverage", "in vocabulary", "verified tokens", "map", "hot ids", "accept length cap"),
-            [(r["tp_rank"], r["pid"], _num(r["coverage"]), r["in_vocab"], r["verified_tokens"], r["map"],
-              r["hot_vocab_size"], _num(r["mean_accept_length_cap"], 2)) for r in coverage], "coverage"))
-    parts += _training_section(report.get("training") or {})
-    parts += _values_section(report.get("values") or {})
+    if not plot_list:
+        return ["<h2>Acceptance</h2>", "<p>No <code>eagle_probe.acceptance</code> events in these logs.</p>"]
+    rows = []
     for r in report["ranks"]:
-        node = "" if r.get("node_rank") is None else f"node_rank {_e(r['node_rank'])} ({_e(r.get('host'))}), "
-        parts.append(f"<h2>{node}tp_rank {_e(r['tp_rank'])}, pp_rank {_e(r['pp_rank'])}, dp_rank {_e(r['dp_rank'])}, "
-                     f"pid {_e(r['pid'])}</h2>")
-        if r.get("sglang_version"):
-            parts.append(f"<p>SGLang {_e(r['sglang_version'])}: {_e(r.get('rules'))}</p>")
-        if r["capture"]:
-            rows = []
-            for c in r["capture"]:
-                for s in c.get("slots") or []:
-                    rows.append((c.get("role"), c.get("caller"), "yes" if c.get("during_graph_setup") else "no",
-                                 c.get("requested_ids"), s["slot"], s["capture_index"], s["hf_index"], s["label"]))
-            parts.append("<h3>Captured layers</h3>" + _table(
-                ("role", "configured by", "graph set-up", "ids", "slot", "capture index", "HF index", "label"),
-                rows, "capture"))
-        if r["forwards"]:
-            parts.append("<h3>Forward signatures</h3>" + _table(
-                ("role", "mode", "path", "TBO", "layers", "labels", "aux", "shape", "slot widths", "dtype", "lost",
-                 "error"),
-                [(f.get("role"), f.get("mode"), f.get("path"), f.get("can_run_tbo"), f.get("layers_to_capture"),
-                  ", ".join(f.get("slot_labels") or []),
-                  f"{f.get('aux_returned')}/{f.get('aux_expected')} {f.get('aux_format')}",
-                  f.get("aux_shape"), f.get("slot_widths"), f.get("dtype"), f.get("lost"), f.get("error"))
-                 for f in r["forwards"]], "forwards"))
-        if r["draft"]:
-            parts.append("<h3>Draft</h3>" + _table(("event", "details"), [
-                (d["event"], json.dumps({k: v for k, v in d.items() if k not in (
-                    "event", "timestamp", "level", "logger", "pid", "tp_rank", "tp_size", "pp_rank", "dp_rank")},
-                    default=str))
-                for d in r["draft"]], "draft"))
-        if r["path_mix"]:
-            parts.append(f"<h3>Path mix</h3><p>from {_e(r['path_mix_source'])}</p>" + _table(
-                ("role", "mode", "path", "TBO", "count"),
-                [(f.get("role"), f.get("mode"), f.get("path"), f.get("tbo"), f.get("count")) for f in r["path_mix"]],
-                "pathmix"))
-        parts.append("<h3>Findings</h3>")
-        if r["findings"]:
-            parts.append(_table(("code", "severity", "count", "first", "last", "message"), [
-                (f["code"], f["severity"], f["count"], f["first_time"], f["last_time"], f["last_message"])
-                for f in r["findings"]], "findings"))
-        else:
-            parts.append("<p>none</p>")
-        for err in r["errors"]:
-            parts.append(f"<p class=\"error\">probe internal error in {_e(err.get('where'))}: "
-                         f"{_e(err.get('error'))}</p>")
-    parts.append('<pre id="img-check"></pre>')
-    parts.append(f"<script>{SCRIPT}</script>")
-    parts.append("</body></html>")
-    return "\n".join(parts)
+        acc = r.get("acceptance")
+        if acc:
+            rows.append((r["tp_rank"], r["pid"], acc["windows"], acc["drafts"], _num(acc["mean_accept_length"], 2),
+                         _num(acc["expected_mean_accept_length"], 2), _num(acc["accept_rate"]),
+                         ", ".join(str(_num(v)) for v in acc["per_position_rate"]),
+                         ", ".join(str(_num(v)) for v in acc["conditional_rate"]),
+                         ", ".join(acc.get("read_at") or [])))
+    return ["<h2>Acceptance</h2>",
+            _table(("tp_rank", "pid", "windows", "drafts", "mean accept length", "expected", "accept rate",
+                    "per position", "conditional", "read at"), rows, "acceptance"),
+            "<div>" + "".join(_img(svg, alt, pid) for pid, alt, svg in plot_list) + "</div>"]
+
+
+def _coverage_section(coverage: dict) -> list[str]:
+    """How much of the verified tokens the draft's vocabulary holds, per rank (summarize/coverage.py)."""
+    rows = coverage.get("ranks") or []
+    if not rows:
+        return []
+    return ["<h3>Draft vocabulary coverage</h3>" + _table(
+        ("tp_rank", "pid", "coverage", "in vocabulary", "verified tokens", "map", "hot ids", "accept length cap"),
+        [(r["tp_rank"], r["pid"], _num(r["coverage"]), r["in_vocab"], r["verified_tokens"], r["map"],
+          r["hot_vocab_size"], _num(r["mean_accept_length_cap"], 2)) for r in rows], "coverage")]
+
+
+def _rank_section(r: dict) -> list[str]:
+    """One rank: where it ran, what it captured and forwarded, its draft events, path mix, findings and errors."""
+    node = "" if r.get("node_rank") is None else f"node_rank {_e(r['node_rank'])} ({_e(r.get('host'))}), "
+    parts = [f"<h2>{node}tp_rank {_e(r['tp_rank'])}, pp_rank {_e(r['pp_rank'])}, dp_rank {_e(r['dp_rank'])}, "
+             f"pid {_e(r['pid'])}</h2>"]
+    if r.get("sglang_version"):
+        parts.append(f"<p>SGLang {_e(r['sglang_version'])}: {_e(r.get('rules'))}</p>")
+    parts += _capture_table(r["capture"])
+    parts += _forwards_table(r["forwards"])
+    parts += _draft_table(r["draft"])
+    if r["path_mix"]:
+        parts.append(f"<h3>Path mix</h3><p>from {_e(r['path_mix_source'])}</p>" + _table(
+            ("role", "mode", "path", "TBO", "count"),
+            [(f.get("role"), f.get("mode"), f.get("path"), f.get("tbo"), f.get("count")) for f in r["path_mix"]],
+            "pathmix"))
+    parts.append("<h3>Findings</h3>")
+    if r["findings"]:
+        parts.append(_table(("code", "severity", "count", "first", "last", "message"), [
+            (f["code"], f["severity"], f["count"], f["first_time"], f["last_time"], f["last_message"])
+            for f in r["findings"]], "findings"))
+    else:
+        parts.append("<p>none</p>")
+    for err in r["errors"]:
+        parts.append(f"<p class=\"error\">probe internal error in {_e(err.get('where'))}: "
+                     f"{_e(err.get('error'))}</p>")
+    return parts
+
+
+def _capture_table(capture: list) -> list[str]:
+    """Each capture.configured event's aux slots: the capture index and HF hidden_states index of each."""
+    if not capture:
+        return []
+    rows = []
+    for c in capture:
+        for s in c.get("slots") or []:
+            rows.append((c.get("role"), c.get("caller"), "yes" if c.get("during_graph_setup") else "no",
+                         c.get("requested_ids"), s["slot"], s["capture_index"], s["hf_index"], s["label"]))
+    return ["<h3>Captured layers</h3>" + _table(
+        ("role", "configured by", "graph set-up", "ids", "slot", "capture index", "HF index", "label"),
+        rows, "capture")]
+
+
+def _forwards_table(forwards: list) -> list[str]:
+    """The rank's distinct forward signatures (report._distinct_forwards)."""
+    if not forwards:
+        return []
+    return ["<h3>Forward signatures</h3>" + _table(
+        ("role", "mode", "path", "TBO", "layers", "labels", "aux", "shape", "slot widths", "dtype", "lost",
+         "error"),
+        [(f.get("role"), f.get("mode"), f.get("path"), f.get("can_run_tbo"), f.get("layers_to_capture"),
+          ", ".join(f.get("slot_labels") or []),
+          f"{f.get('aux_returned')}/{f.get('aux_expected')} {f.get('aux_format')}",
+          f.get("aux_shape"), f.get("slot_widths"), f.get("dtype"), f.get("lost"), f.get("error"))
+         for f in forwards], "forwards")]
+
+
+def _draft_table(draft: list) -> list[str]:
+    """The draft's events on this rank, each with its own fields as JSON (where it ran is the section's heading)."""
+    if not draft:
+        return []
+    return ["<h3>Draft</h3>" + _table(("event", "details"), [
+        (d["event"], json.dumps({k: v for k, v in d.items() if k not in (
+            "event", "timestamp", "level", "logger", "pid", "tp_rank", "tp_size", "pp_rank", "dp_rank")},
+            default=str))
+        for d in draft], "draft")]
