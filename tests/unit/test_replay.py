@@ -106,15 +106,18 @@ def test_within_near_ties_the_likeliest_reachable_wiring_is_chosen():
 def test_all_wirings_and_the_finding():
     assert len(all_wirings([0, 1, 2], 2)) == 9 and all_wirings([5], 3) == [(5, 5, 5)]
     assert F.CODES[F.TRAINED_LAYERS_INFERRED][0] == F.WARNING
-    warn = F.trained_layers_inferred_finding((2, 30, 58), 0.1, 500, (0, 3, 31), 0.45, 500, 61, (0, 3, 31), None,
-                                             "0.5.23", False, "coordinate")
+    def search(served, served_accuracy, near_tie, method, **more):
+        return F.wiring_search_finding(F.WiringSearch(
+            served=served, served_accuracy=served_accuracy, served_positions=500, best=(0, 3, 31), best_accuracy=0.45,
+            best_positions=500, num_layers=61, ids=(0, 3, 31), unreachable=None, sglang_version="0.5.23",
+            near_tie=near_tie, method=method, **more))
+
+    warn = search((2, 30, 58), 0.1, False, "coordinate")
     assert warn.severity == "warning" and "[0, 3, 31]" in warn.message and "embedding output" in warn.message
-    same = F.trained_layers_inferred_finding((0, 3, 31), 0.45, 500, (0, 3, 31), 0.45, 500, 61, (0, 3, 31), None,
-                                             "0.5.23", True, "exhaustive")
+    same = search((0, 3, 31), 0.45, True, "exhaustive")
     assert same.severity == "info" and same.evidence_dict()["served_hf"] == [0, 3, 31]
     assert "tie with it" not in warn.message and "tie with it" not in same.message  # one reachable near-tie
-    tied = F.trained_layers_inferred_finding((2, 30, 58), 0.1, 500, (0, 3, 31), 0.45, 500, 61, (0, 3, 31), None,
-                                             "0.5.23", False, "coordinate", ties_reachable=3, margin_within_noise=True)
+    tied = search((2, 30, 58), 0.1, False, "coordinate", ties_reachable=3, margin_within_noise=True)
     assert "2 other wiring(s) tie with it" in tied.message and "within noise" in tied.message
     assert tied.evidence_dict()["ties_reachable"] == 3
 
@@ -179,7 +182,7 @@ def test_rows_and_requests_from_a_dump(tmp_path):
     write_dump(tmp_path / "d", lens=(5, 1, 4), prefixes=[0, 0, 3], name="d2",
                meta_extra={"tp_rank": 1})  # another rank's copy of the same forward
     rows = read_dumps(str(tmp_path / "d"), want_layers=False)
-    assert rows.segments == [(0, 4), (4, 3)] and rows.rows == 7 and rows.requests == 3
+    assert rows.segments == [(0, 4), (4, 3)] and rows.evaluated_positions == 7 and rows.requests == 3
     assert rows.cached_prefix_requests == 1 and len(rows.duplicates) == 1
     assert rows.layers == {} and rows.layer_indices == list(range(LAYERS))
 
@@ -217,7 +220,7 @@ def test_verify_dumps_label_rows_where_no_prefill_dump_holds_the_final_state(tmp
     # a prefill dump with the final hidden state wins: the verify dump is left out
     write_dump(d, layers=False, name="other")
     rows = read_dumps(str(d), want_layers=False)
-    assert rows.label_ids is None and rows.rows == 7 and len(rows.unlabelled) == 2
+    assert rows.label_ids is None and rows.evaluated_positions == 7 and len(rows.unlabelled) == 2
     # neither kind of label: the error names both and how to get them
     bare = tmp_path / "bare"
     write_dump(bare, layers=False, drop=("final_hidden_state",))
@@ -235,7 +238,7 @@ def test_duplicate_ranks_are_read_once(tmp_path):
     with open(os.path.join(tmp_path / "d", "eagle-probe-dump-host-tp1-2-aa.safetensors"), "wb") as handle:
         handle.write(data)
     rows = read_dumps(str(tmp_path / "d"), want_layers=True)
-    assert len(rows.files) == 1 and len(rows.duplicates) == 1 and rows.rows == 7
+    assert len(rows.files) == 1 and len(rows.duplicates) == 1 and rows.evaluated_positions == 7
 
 
 def test_a_run_on_synthetic_inputs_has_the_documented_keys(inputs, capsys):

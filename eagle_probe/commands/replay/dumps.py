@@ -48,7 +48,8 @@ class DumpRows:
     unlabelled: list[str] = field(default_factory=list)  # dumps left out: no final hidden state, or not the labels used
 
     @property
-    def rows(self) -> int:
+    def evaluated_positions(self) -> int:
+        """The positions the draft is scored on (a dump's rows less those without a label)."""
         return int(self.next_tokens.shape[0])
 
     def wiring_aux(self, wiring: Sequence[int]) -> torch.Tensor:

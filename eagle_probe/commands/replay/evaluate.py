@@ -52,7 +52,7 @@ class Evaluator:
 
     @property
     def positions(self) -> int:
-        return self.rows.rows
+        return self.rows.evaluated_positions
 
     def _sync(self):
         if self.device.type == "cuda":

@@ -10,7 +10,7 @@ import torch
 
 from ...analysis import layers as layer_rules
 from ...analysis.config_rules import LaunchSpec, TargetSpec, fix_for
-from ...analysis.findings import Finding, trained_layers_inferred_finding
+from ...analysis.findings import Finding, WiringSearch, wiring_search_finding
 from ...analysis.layers import capture_label
 from ...analysis.wiring_search import (
     EXHAUSTIVE_LIMIT,
@@ -239,12 +239,13 @@ def score(request: ReplayRequest, inputs: Inputs, notes: list[str]) -> Scores:
     within_noise = None if margin is None else margin[0] < 2 * margin[1]  # under two standard errors
     fix = fix_for(TargetSpec(str(rows.meta.get("model_class") or "target"), n_layers, rows.hidden_size,
                              family=inputs.resolved.family), rules, LaunchSpec(), choice.best.hf_indices)
-    finding = trained_layers_inferred_finding(
-        rows.served, served.accuracy, served.positions, choice.best.hf_indices, choice.best.accuracy,
-        choice.best.positions, n_layers, choice.ids, choice.unreachable, inputs.release.text,
-        any(c.hf_indices == rows.served for c in choice.near_ties), result.method,
+    finding = wiring_search_finding(WiringSearch(
+        served=rows.served, served_accuracy=served.accuracy, served_positions=served.positions,
+        best=choice.best.hf_indices, best_accuracy=choice.best.accuracy, best_positions=choice.best.positions,
+        num_layers=n_layers, ids=choice.ids, unreachable=choice.unreachable, sglang_version=inputs.release.text,
+        near_tie=any(c.hf_indices == rows.served for c in choice.near_ties), method=result.method,
         ties_reachable=sum(1 for ids, _ in choice.reachability.values() if ids is not None),
-        margin_within_noise=within_noise)
+        margin_within_noise=within_noise))
     served_in_layers = result.candidates.get(rows.served)
     if served_in_layers is not None and served_in_layers.correct != served.correct:
         notes.append(f"the served wiring scores {served.correct} from aux_hidden_states but {served_in_layers.correct} "
@@ -279,7 +280,7 @@ def _cost(inputs: Inputs, sc: Scores, started: float) -> dict:
     return {"setup_s": round(evaluator.setup_s, 4), "evaluations": evaluator.evaluated,
             "evaluate_s": round(evaluator.seconds, 4),
             "seconds_per_wiring": None if per_wiring is None else round(per_wiring, 6),
-            "flops_per_wiring": flops_per_wiring(inputs.draft.spec, inputs.rows.rows,
+            "flops_per_wiring": flops_per_wiring(inputs.draft.spec, inputs.rows.evaluated_positions,
                                                  int(inputs.draft.w.lm_head.shape[0])),
             "total_s": round(time.perf_counter() - started, 3)}
 
@@ -295,7 +296,7 @@ def build_report(request: ReplayRequest, inputs: Inputs, sc: Scores, notes: list
         "target": {"directory": request.target_dir, "vocab": int(head.shape[0]), "hidden_size": int(head.shape[1]),
                    "model_type": inputs.target_config.get("model_type"), "family": inputs.resolved.describe()},
         "dumps": {"path": request.dump, "files": len(rows.files), "duplicates": len(rows.duplicates),
-                  "requests": rows.requests, "rows": rows.dumped_rows, "positions": rows.rows,
+                  "requests": rows.requests, "rows": rows.dumped_rows, "positions": rows.evaluated_positions,
                   "num_layers": n_layers, "layer_indices": rows.layer_indices,
                   "sglang_versions": rows.versions, "cached_prefix_requests": rows.cached_prefix_requests},
         "served": _candidate(sc.served, n_layers),
