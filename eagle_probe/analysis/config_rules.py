@@ -505,15 +505,54 @@ def adaptive_off_reasons(spec: SpeculationSpec) -> list[str]:
     return reasons
 
 
+@dataclass
+class _ShapeDraft:
+    """speculation_report's result while its steps fill it in: topk, steps and draft tokens as SGLang will run them
+    (given, or what SGLang sets), and the findings in the order the steps add them."""
+    spec: SpeculationSpec
+    adaptive: bool  # adaptive depth asked for and not turned off by SGLang
+    off: list[str]  # why SGLang turns the asked-for adaptive depth off
+    topk: int | None
+    steps: int | None
+    draft_tokens: int | None
+    shape: str = "chain"
+    proposed: int | None = None
+    warnings: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    probe: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return {"shape": self.shape, "adaptive_requested": self.spec.adaptive, "adaptive": self.adaptive,
+                "adaptive_off": self.off, "topk": self.topk, "num_steps": self.steps,
+                "num_draft_tokens": self.draft_tokens, "proposed_per_request": self.proposed,
+                "warnings": self.warnings, "errors": self.errors, "probe": self.probe}
+
+
 def speculation_report(spec: SpeculationSpec, release: tuple[int, ...] | None = None) -> dict:
     """What the launch's shape of speculation needs and what the probe sees under it: {shape, depth, adaptive,
     adaptive_off, topk, num_steps, num_draft_tokens, proposed, warnings, errors, probe}. Warnings: SGLang changes
     or refuses what was asked; errors: SGLang refuses to start."""
-    warnings, errors, probe = [], [], []
-    topk = spec.topk
-    adaptive = spec.adaptive
-    off = adaptive_off_reasons(spec) if adaptive else []
-    if adaptive and release is not None and tuple(release[:3]) < ADAPTIVE_SINCE:
+    off = adaptive_off_reasons(spec) if spec.adaptive else []
+    draft = _ShapeDraft(spec, adaptive=spec.adaptive and not off, off=off, topk=spec.topk, steps=spec.num_steps,
+                        draft_tokens=spec.num_draft_tokens)
+    draft.warnings += _adaptive_request_warnings(spec, release, off)
+    if draft.adaptive:
+        _adaptive_depth(draft)
+    if draft.topk is not None and draft.topk > 1:
+        _tree_shape(draft, draft.topk)
+    else:
+        _chain_shape(draft)
+    if spec.num_steps is None and not draft.adaptive:
+        draft.probe.append("no --speculative-num-steps: SGLang chooses steps, topk and draft tokens by the target's "
+                           "architecture (_auto_choose_speculative_params; a tree for some); the probe reads the "
+                           "shape each step ran, whatever was chosen")
+    return draft.as_dict()
+
+
+def _adaptive_request_warnings(spec: SpeculationSpec, release: tuple[int, ...] | None, off: list[str]) -> list[str]:
+    """Warnings on an asked-for adaptive depth: a release before the table's, and SGLang turning it off (`off`)."""
+    warnings = []
+    if spec.adaptive and release is not None and tuple(release[:3]) < ADAPTIVE_SINCE:
         warnings.append(f"--speculative-adaptive: not checked for this release (the table starts at "
                         f"{'.'.join(map(str, ADAPTIVE_SINCE))})")
     if off:
@@ -521,69 +560,86 @@ def speculation_report(spec: SpeculationSpec, release: tuple[int, ...] | None = 
                         "'speculative_adaptive disabled' and falls back to static speculative params): "
                         + "; ".join(off) + ". The probe will see one fixed depth"
                         + (f" ({spec.num_steps})" if spec.num_steps is not None else "") + ", not an adaptive one")
-        adaptive = False
-    steps = spec.num_steps
+    return warnings
+
+
+def _adaptive_depth(draft: _ShapeDraft) -> None:
+    """Adaptive depth that SGLang keeps on: topk 1 unless given; num steps among the candidate steps (without a
+    config file and without the flag, the middle candidate); draft tokens follow the steps."""
+    spec = draft.spec
     candidates = sorted({s for c in ADAPTIVE_DEFAULT_CANDIDATES.values() for s in c})
-    if adaptive:
-        topk = 1 if topk is None else topk
-        if steps is None:
-            if spec.adaptive_config is None:
-                steps = candidates[len(candidates) // 2]
-        elif spec.adaptive_config is None and steps not in candidates:
-            errors.append(f"--speculative-num-steps {steps} is not among the adaptive candidate steps {candidates} "
-                          f"(SGLang 0.5.23 raises at launch: 'is not in the adaptive config candidate_steps')")
-        if spec.num_draft_tokens is not None and steps is not None and spec.num_draft_tokens != steps + 1:
-            warnings.append(f"--speculative-num-draft-tokens {spec.num_draft_tokens}: adaptive depth sets it to "
-                            f"num steps + 1 = {steps + 1}")
-        probe.append("adaptive depth: SGLang picks each batch's speculative steps among "
-                     + (f"the candidate steps of {spec.adaptive_config}" if spec.adaptive_config else
-                        "the default candidate steps (" + ", ".join(
-                            f"batch >= {bs}: {list(c)}" for bs, c in ADAPTIVE_DEFAULT_CANDIDATES.items()) + ")")
-                     + "; the probe counts each verify step at its own draft depth (" + READS_DEPTH + "), and shows "
-                     "`draft depth in use` in summarize and the dashboard's 'Draft depth in use' panel; per-position "
-                     "acceptance is over the request-steps that drafted each position (depth-0 steps draft none)")
-    draft_tokens = spec.num_draft_tokens
-    if topk is not None and topk > 1:
-        shape = "tree"
-        if steps is not None and draft_tokens is not None:
-            most = 1 + topk + (steps - 1) * topk * topk
-            if draft_tokens > most:
-                errors.append(f"--speculative-num-draft-tokens {draft_tokens} is more than a tree of topk {topk} "
-                              f"and {steps} steps holds (1 + {topk} + {steps - 1} x {topk}^2 = {most}): SGLang's "
-                              "organize_draft_results cannot pick that many nodes (torch.topk fails at the first "
-                              "decode)")
-            elif draft_tokens <= steps:
-                warnings.append(f"--speculative-num-draft-tokens {draft_tokens} <= --speculative-num-steps {steps}: "
-                                f"the tree's {draft_tokens - 1} nodes cannot reach depth {steps}, so the deepest "
-                                "positions are never drafted (give more than num steps + 1 tokens)")
-            elif draft_tokens == steps + 1:
-                warnings.append(f"--speculative-num-draft-tokens {draft_tokens} = num steps + 1 with topk {topk}: a "
-                                "tree no wider than a chain (more tokens use the topk)")
-        probe.append(f"tree drafts (topk {topk}): the worker is the V2 one; depth = num steps"
-                     + (f" ({steps})" if steps is not None else "")
-                     + ", and the probe's positions are depths along the accepted path (SGLang's "
-                     "spec_correct_drafts_histogram counts the same)")
-        proposed = None if draft_tokens is None else draft_tokens - 1
-        probe.append("accept rate = accepted / proposed drafts ("
-                     + (f"{proposed}" if proposed is not None else "num draft tokens - 1")
-                     + " per request-step, a tree's nodes after its root; SGLang's accept rate, #23530), lower than "
-                     "the per-position rates, which divide by the request-steps that drafted each depth")
-    else:
-        shape = "adaptive depth" if adaptive else "chain"
-        if topk == 1 and steps is not None and draft_tokens is not None and draft_tokens != steps + 1 \
-                and not adaptive:
-            warnings.append(f"--speculative-num-draft-tokens {draft_tokens} with topk 1: SGLang sets it to num steps "
-                            f"+ 1 = {steps + 1}")
-        if steps is not None:
-            draft_tokens = steps + 1
-        proposed = None if steps is None else steps
-        if not adaptive:
-            probe.append("fixed depth" + (f" {steps}" if steps is not None else "") + ": every verify step is counted "
-                         "at it; accept rate = accepted / proposed (num steps per request-step)")
-    if spec.num_steps is None and not adaptive:
-        probe.append("no --speculative-num-steps: SGLang chooses steps, topk and draft tokens by the target's "
-                     "architecture (_auto_choose_speculative_params; a tree for some); the probe reads the shape each "
-                     "step ran, whatever was chosen")
-    return {"shape": shape, "adaptive_requested": spec.adaptive, "adaptive": adaptive, "adaptive_off": off,
-            "topk": topk, "num_steps": steps, "num_draft_tokens": draft_tokens, "proposed_per_request": proposed,
-            "warnings": warnings, "errors": errors, "probe": probe}
+    draft.topk = 1 if draft.topk is None else draft.topk
+    if draft.steps is None:
+        if spec.adaptive_config is None:
+            draft.steps = candidates[len(candidates) // 2]
+    elif spec.adaptive_config is None and draft.steps not in candidates:
+        draft.errors.append(f"--speculative-num-steps {draft.steps} is not among the adaptive candidate steps "
+                            f"{candidates} (SGLang 0.5.23 raises at launch: 'is not in the adaptive config "
+                            "candidate_steps')")
+    steps = draft.steps
+    if spec.num_draft_tokens is not None and steps is not None and spec.num_draft_tokens != steps + 1:
+        draft.warnings.append(f"--speculative-num-draft-tokens {spec.num_draft_tokens}: adaptive depth sets it to "
+                              f"num steps + 1 = {steps + 1}")
+    draft.probe.append(_adaptive_probe_line(spec.adaptive_config))
+
+
+def _adaptive_probe_line(adaptive_config: str | None) -> str:
+    """What the probe shows under adaptive depth, naming where the candidate steps come from."""
+    return ("adaptive depth: SGLang picks each batch's speculative steps among "
+            + (f"the candidate steps of {adaptive_config}" if adaptive_config else
+               "the default candidate steps (" + ", ".join(
+                   f"batch >= {bs}: {list(c)}" for bs, c in ADAPTIVE_DEFAULT_CANDIDATES.items()) + ")")
+            + "; the probe counts each verify step at its own draft depth (" + READS_DEPTH + "), and shows "
+            "`draft depth in use` in summarize and the dashboard's 'Draft depth in use' panel; per-position "
+            "acceptance is over the request-steps that drafted each position (depth-0 steps draft none)")
+
+
+def _tree_shape(draft: _ShapeDraft, topk: int) -> None:
+    """topk > 1: a tree; its draft tokens checked against what a tree of that topk and depth holds."""
+    draft.shape = "tree"
+    steps, draft_tokens = draft.steps, draft.draft_tokens
+    if steps is not None and draft_tokens is not None:
+        _tree_size_findings(draft, topk, steps, draft_tokens)
+    draft.probe.append(f"tree drafts (topk {topk}): the worker is the V2 one; depth = num steps"
+                       + (f" ({steps})" if steps is not None else "")
+                       + ", and the probe's positions are depths along the accepted path (SGLang's "
+                       "spec_correct_drafts_histogram counts the same)")
+    draft.proposed = None if draft_tokens is None else draft_tokens - 1
+    draft.probe.append("accept rate = accepted / proposed drafts ("
+                       + (f"{draft.proposed}" if draft.proposed is not None else "num draft tokens - 1")
+                       + " per request-step, a tree's nodes after its root; SGLang's accept rate, #23530), lower "
+                       "than the per-position rates, which divide by the request-steps that drafted each depth")
+
+
+def _tree_size_findings(draft: _ShapeDraft, topk: int, steps: int, draft_tokens: int) -> None:
+    """A tree's draft tokens: more than it holds stops SGLang; too few to reach the depth, or a chain's worth,
+    waste the flags."""
+    most = 1 + topk + (steps - 1) * topk * topk
+    if draft_tokens > most:
+        draft.errors.append(f"--speculative-num-draft-tokens {draft_tokens} is more than a tree of topk {topk} and "
+                            f"{steps} steps holds (1 + {topk} + {steps - 1} x {topk}^2 = {most}): SGLang's "
+                            "organize_draft_results cannot pick that many nodes (torch.topk fails at the first "
+                            "decode)")
+    elif draft_tokens <= steps:
+        draft.warnings.append(f"--speculative-num-draft-tokens {draft_tokens} <= --speculative-num-steps {steps}: "
+                              f"the tree's {draft_tokens - 1} nodes cannot reach depth {steps}, so the deepest "
+                              "positions are never drafted (give more than num steps + 1 tokens)")
+    elif draft_tokens == steps + 1:
+        draft.warnings.append(f"--speculative-num-draft-tokens {draft_tokens} = num steps + 1 with topk {topk}: a "
+                              "tree no wider than a chain (more tokens use the topk)")
+
+
+def _chain_shape(draft: _ShapeDraft) -> None:
+    """topk 1 or not given: a chain (or adaptive depth), whose draft tokens SGLang sets to num steps + 1."""
+    draft.shape = "adaptive depth" if draft.adaptive else "chain"
+    topk, steps, draft_tokens = draft.topk, draft.steps, draft.draft_tokens
+    if topk == 1 and steps is not None and draft_tokens is not None and draft_tokens != steps + 1 \
+            and not draft.adaptive:
+        draft.warnings.append(f"--speculative-num-draft-tokens {draft_tokens} with topk 1: SGLang sets it to num "
+                              f"steps + 1 = {steps + 1}")
+    if steps is not None:
+        draft.draft_tokens = steps + 1
+    draft.proposed = steps  # a chain proposes one draft per step
+    if not draft.adaptive:
+        draft.probe.append("fixed depth" + (f" {steps}" if steps is not None else "") + ": every verify step is "
+                           "counted at it; accept rate = accepted / proposed (num steps per request-step)")

@@ -81,7 +81,7 @@ MAX_FUNCTION_LINES = 60
 MAX_PARAMETERS = 8
 # Functions over the limits that are still to be split (path:name): each must still be over them, so that the list
 # only shrinks.
-PENDING = {"analysis/config_rules.py:speculation_report", "commands/contract/rules.py:_rule_claims"}
+PENDING: set[str] = set()
 
 
 def _functions(path: pathlib.Path):

@@ -112,7 +112,16 @@ _MODEL_FORWARD = "DeepseekV2Model.forward"
 
 
 def _rule_claims(rules: VersionRules) -> list[Claim]:
-    """Each field of a row of versions.RULES as claims about that release's source."""
+    """Each field of a row of versions.RULES as claims about that release's source (in this order: a release's
+    broken claims are listed in it)."""
+    return (_capture_claims(rules) + _tbo_claims(rules) + _acceptance_claims(rules) + _optional_hook_claims(rules)
+            + _absent_claims(rules) + [env_default(versions.SPEC_V2_ENV, rules.spec_v2_default)]
+            + _rank_claims(rules) + _draft_claims(rules) + [_other_nodes_metrics_claim(rules)])
+
+
+def _capture_claims(rules: VersionRules) -> list[Claim]:
+    """How the row says the target captures aux states: the setter's id rule and defaults, who calls it during
+    graph set-up, the aux states' format, whether the embedding output is capturable, the capture-mode flag."""
     out = [body_check(DS, _SETTER, f"maps ids by {rules.capture_id_rule}", capture_rule_test(rules.capture_id_rule)),
            body_check(DS, _SETTER, f"defaults (ids None) are {rules.default_ids}", default_ids_test)]
     if rules.graph_setup_uses_default_layers:
@@ -132,9 +141,19 @@ def _rule_claims(rules: VersionRules) -> list[Claim]:
                               takes_param(versions.LAYER_CAPTURE_KWARG)))
     out.append(defines(rules.capture_flag_module, "get_is_capture_mode"))
     out.append(capture_flag_claim(rules.capture_flag_module))
-    out.append(defines(DS, rules.tbo_helper, what=f"{DS} binds the TBO helper {rules.tbo_helper}"))
-    out.append(body_check(DS, _MODEL_FORWARD, f"runs TBO layers through {rules.tbo_helper}",
-                          calls_name(rules.tbo_helper)))
+    return out
+
+
+def _tbo_claims(rules: VersionRules) -> list[Claim]:
+    """The two-batch-overlap helper the target's forward runs its layers through."""
+    return [defines(DS, rules.tbo_helper, what=f"{DS} binds the TBO helper {rules.tbo_helper}"),
+            body_check(DS, _MODEL_FORWARD, f"runs TBO layers through {rules.tbo_helper}",
+                       calls_name(rules.tbo_helper))]
+
+
+def _acceptance_claims(rules: VersionRules) -> list[Claim]:
+    """Each acceptance hook of the row: it exists, and where its accepted counts and committed tokens come from."""
+    out = []
     for hook in rules.acceptance:
         out.append(defines(hook.module, hook.qualname, ACCEPTANCE_PARAMS[hook.worker],
                            what=f"acceptance ({hook.worker} worker, {hook.when}): {hook.target} exists"))
@@ -150,6 +169,12 @@ def _rule_claims(rules: VersionRules) -> list[Claim]:
                                   assigns_result_field(hook.field)))
             out.append(body_check(hook.module, hook.qualname, "returns the committed tokens per request (vocabulary "
                                   "coverage reads them)", returns_committed_token_lists))
+    return out
+
+
+def _optional_hook_claims(rules: VersionRules) -> list[Claim]:
+    """The hooks only some rows have: the worker boundary, the traffic classes, the graph runners' entry points."""
+    out = []
     if rules.worker_boundary:
         out += _worker_boundary_claims()
     if rules.request_classes:
@@ -160,30 +185,47 @@ def _rule_claims(rules: VersionRules) -> list[Claim]:
                               "marks a forward graph_replay there)",
                               calls_attributes("self.decode_cuda_graph_runner.execute",
                                                "self.prefill_cuda_graph_runner.execute")))
-    for module in rules.absent_modules:
-        out.append(Claim(f"{module} does not exist in this release",
-                         lambda src, module=module: "exists" if src.has_module(module) else None))
+    return out
+
+
+def _absent_claims(rules: VersionRules) -> list[Claim]:
+    """What the row says the release lacks: its absent modules, and the v1 worker when no hook of the row is one."""
+    out = [Claim(f"{module} does not exist in this release",
+                 lambda src, module=module: "exists" if src.has_module(module) else None)
+           for module in rules.absent_modules]
     if not any(h.worker == V1_WORKER for h in rules.acceptance):
         out.append(absent("sglang.srt.speculative.eagle_worker", "EAGLEWorker", "no v1 worker in this row"))
-    out.append(env_default(versions.SPEC_V2_ENV, rules.spec_v2_default))
+    return out
+
+
+def _rank_claims(rules: VersionRules) -> list[Claim]:
+    """Where the probe reads its ranks: runtime_context or parallel_state, and the DP rank's source."""
     if rules.rank_source == RANKS_RUNTIME_CONTEXT:
-        out.append(defines("sglang.srt.runtime_context", "get_parallel"))
+        out = [defines("sglang.srt.runtime_context", "get_parallel")]
     else:
-        out.append(Claim("sglang.srt.runtime_context does not exist (ranks from parallel_state)",
-                         lambda src: "exists" if src.has_module("sglang.srt.runtime_context") else None))
+        out = [Claim("sglang.srt.runtime_context does not exist (ranks from parallel_state)",
+                     lambda src: "exists" if src.has_module("sglang.srt.runtime_context") else None)]
     if rules.dp_rank_from_dp_attention:
         out.append(defines("sglang.srt.layers.dp_attention", "get_attention_dp_rank"))
     else:
         out.append(absent("sglang.srt.layers.dp_attention", "get_attention_dp_rank", "dp rank from runtime_context"))
-    out.append(module_mentions("sglang.srt.models.llama_eagle3", "num_aux_hidden_states", rules.draft_reads_num_aux,
-                               "the EAGLE-3 draft sizes fc by num_aux_hidden_states" if rules.draft_reads_num_aux
-                               else "the EAGLE-3 draft sizes fc for 3 aux states (num_aux_hidden_states not read)"))
-    out += draft_id_claims(KIMI_MODULE not in rules.absent_modules)
-    out.append(body_check(HEALTH_MODULE, "launch_dummy_health_check_server",
-                          "adds the Prometheus middleware under --enable-metrics (node ranks >= 1 serve /metrics)"
-                          if rules.other_nodes_serve_metrics else "serves no /metrics (node ranks >= 1)",
-                          calls_name("add_prometheus_middleware", rules.other_nodes_serve_metrics)))
     return out
+
+
+def _draft_claims(rules: VersionRules) -> list[Claim]:
+    """How the EAGLE-3 drafts size their fc and read their ids (the Kimi draft's claims only where it exists)."""
+    return [module_mentions("sglang.srt.models.llama_eagle3", "num_aux_hidden_states", rules.draft_reads_num_aux,
+                            "the EAGLE-3 draft sizes fc by num_aux_hidden_states" if rules.draft_reads_num_aux
+                            else "the EAGLE-3 draft sizes fc for 3 aux states (num_aux_hidden_states not read)"),
+            *draft_id_claims(KIMI_MODULE not in rules.absent_modules)]
+
+
+def _other_nodes_metrics_claim(rules: VersionRules) -> Claim:
+    """Whether node ranks >= 1 serve /metrics under --enable-metrics (the probe's series go through SGLang's)."""
+    return body_check(HEALTH_MODULE, "launch_dummy_health_check_server",
+                      "adds the Prometheus middleware under --enable-metrics (node ranks >= 1 serve /metrics)"
+                      if rules.other_nodes_serve_metrics else "serves no /metrics (node ranks >= 1)",
+                      calls_name("add_prometheus_middleware", rules.other_nodes_serve_metrics))
 
 
 def _worker_boundary_claims() -> list[Claim]:
