@@ -21,6 +21,7 @@ step "setup (0.5.23)" bash scripts/setup.sh
 step "system packages" bash scripts/system-deps.sh
 [ "$status" -eq 0 ] || { printf '%s\n' "${steps[@]}" >&2; exit "$status"; }
 step "ruff" .venv/bin/ruff check .  # lint (pyproject.toml: line length 120)
+step "types (mypy)" .venv/bin/mypy  # analysis/ and the shared vocabulary ([tool.mypy] in pyproject.toml)
 # The site: a broken link or a page missing from the nav fails (not -q: under -q mkdocs 1.6 counts no warnings).
 step "docs (mkdocs)" env NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict -d "$(mktemp -d)"
 step "tests (0.5.23)" .venv/bin/python -m pytest -q --durations=15 "$@" tests

@@ -259,7 +259,7 @@ def _capture_findings(target: TargetSpec, draft: DraftSpec, rules: VersionRules,
         if differ is not None:
             out.append(_with_context(differ, "(predicted) ", path="eager"))
     if trained_hf is not None:
-        groups = {}
+        groups: dict[tuple, list[str]] = {}  # captured indices -> the paths that capture them
         for p in base:
             groups.setdefault(p.captured, []).append(p.name)
         for captured, names in groups.items():
