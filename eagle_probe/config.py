@@ -10,6 +10,7 @@ from dataclasses import dataclass
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
 LOG_LEVELS = ("debug", "info", "warning", "error")
+PHASE_TIMING_MODES = ("on", "off")
 INNER_FORWARD_MODES = ("auto", "on", "off")
 DUMP_LAYER_CHOICES = ("aux", "all")
 DUMP_MODE_CHOICES = ("extend", "target_verify")  # the target forward modes a dump may hold
@@ -17,7 +18,7 @@ MAX_ACCURACY_POSITIONS = 64  # per-position training accuracies; real draft chai
 # The runtime's integrations (runtime/integrations ALL, as `eagle-probe compat` lists them), named here because the
 # shared vocabulary imports nothing of the runtime; tests/unit/test_disabled_integrations.py holds them equal.
 INTEGRATION_NAMES = ("model_runner", "targets", "llama_eagle3", "kimi_k25_eagle3", "acceptance", "retraction",
-                     "eagle_worker", "runner_paths", "request_classes")
+                     "eagle_worker", "runner_paths", "request_classes", "phase_timing")
 DRAFT_ACCURACY_ACCEPTED = ("a number in (0, 1] (one per-token accuracy), or comma-separated per-position "
                            "accuracies in (0, 1] as SpecForge logs them, e.g. 0.75,0.62,0.55")
 
@@ -50,6 +51,7 @@ class ProbeConfig:
     coverage_interval_s: float = 0.1  # sampled verify steps whose tokens meet the draft's vocabulary (0: off)
     flush_interval_s: float = 1.0  # counted values reach the Prometheus series at most this late (0: summary/exit)
     log_every_forward: bool = False
+    phase_timing: str = "on"  # the cost of each speculative step (runtime/timing/), for the speed-up estimate
     inner_forward: str = "auto"
     disabled_integrations: tuple[str, ...] = ()  # integrations that wrap nothing (names of INTEGRATION_NAMES)
     # Training accuracy, in one form everywhere: per-position conditional accuracies as SpecForge logs them per TTT
@@ -380,6 +382,10 @@ SETTINGS = (
             "coverage", write=_float_text, option="--coverage-interval"),
     Setting("EAGLE_PROBE_LOG_EVERY_FORWARD", "log_every_forward", _bool, "an `eagle_probe.target.forward` line per "
             "forward (debugging only)", write=_bool_text, option="--log-every-forward"),
+    _choice_setting("EAGLE_PROBE_PHASE_TIMING", "phase_timing", PHASE_TIMING_MODES, "time each speculative decode "
+                    "step's draft, verify and draft extend, and the target's forwards, by batch size (wall clock on "
+                    "the CPU, CUDA events on a GPU; no synchronisation): the speed-up estimate and `eagle-probe "
+                    "advise`; see Does speculation pay?", option="--phase-timing"),
     _choice_setting("EAGLE_PROBE_INNER_FORWARD", "inner_forward", INNER_FORWARD_MODES, "wrap the inner model "
                     "forwards (auto: off under `--enable-torch-compile`, and before 0.5.23 "
                     "`--enable-piecewise-cuda-graph`, which dynamo would trace them under; read from the command "

@@ -23,6 +23,7 @@ METRICS_EXPOSED = "eagle_probe.metrics.exposed"
 ACCEPTANCE_SLICES = "eagle_probe.acceptance_slices"
 OBSERVABILITY = "eagle_probe.observability"
 CUSTOM_LABEL_NOT_SLICED = "eagle_probe.custom_label.not_sliced"
+SPEC_COSTS = "eagle_probe.spec.costs"
 
 
 class Event(NamedTuple):
@@ -92,6 +93,16 @@ CATALOGUE = {
                                    "not allow, or one that reached its bound of distinct values", (
         "key", "reason: not_allowed, or values (further values are counted as 'other')",
         "allowed: the keys --tokenizer-metrics-allowed-custom-labels allows", "message")),
+    SPEC_COSTS: Event("every `EAGLE_PROBE_SUMMARY_INTERVAL_S` while speculative decode steps run, and at exit "
+                      "(with `EAGLE_PROBE_PHASE_TIMING` on)", (
+        "source: the clock (wall_clock, cuda_events, sglang_device_timer)", "topk",
+        "steps: since start, batch bucket -> depth -> [steps, batch_sum, draft_s, verify_s, extend_s, step_s, "
+        "periods, period_s, period_s2]",
+        "forwards: since start, the target's forwards by MODE:WIDTH:BUCKET -> [n, tokens, tokens^2, s, s^2, "
+        "tokens x s]",
+        "acceptance: all, greedy, sampled -> accepted and drafted request-steps per draft position",
+        "estimate: per bucket, estimated_speedup, uncertainty, break_even_accept_length, recommended_num_steps, "
+        "plain_step_seconds and plain_source, phase_seconds", "dropped: steps not timed (the queue was full)")),
     ACCEPTANCE_SLICES: Event("every `EAGLE_PROBE_SUMMARY_INTERVAL_S` while verify steps run, and at exit", (
         "role: target (a scheduler's verify steps), or http_server (SGLang's HTTP server process: finished requests "
         "by entry point and custom label)", "positions",
@@ -113,7 +124,8 @@ CATALOGUE = {
         "reason: cap, full, file_size_limit, unwritable, error", "error", "directory", "message")),
     OBSERVABILITY: Event("once per process, at its first forward after graph set-up: what the probe sees here", (
         "settings: decode_graph, prefill_graph (the graph runner per phase, null: eager), torch_compile, "
-        "overlap_schedule, dp_attention, inner_forward_replaced, inner_forward_wrapped, worker_boundary, read from "
+        "overlap_schedule, dp_attention, inner_forward_replaced, inner_forward_wrapped, worker_boundary, timing (the "
+        "step timer's clock: wall_clock, cuda_events; null: none), read from "
         "SGLang's model runner and server args",
         "observations: what, source, live, why (the reason it is not live)", "message")),
     SUMMARY: Event("every `EAGLE_PROBE_SUMMARY_INTERVAL_S` (checked on observations), and at exit", (

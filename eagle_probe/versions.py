@@ -162,6 +162,11 @@ def _v2(module: str, qualname: str, field: str, when: str) -> AcceptanceHook:
 # to the draft, after every target forward (graphs included). Proven per release by the contract check.
 WORKER_MODULE = "sglang.srt.speculative.eagle_worker_v2"
 WORKER_PREFILL_HOOK = "EagleDraftWorker._draft_extend_for_prefill"  # (batch, target_hidden_states, ...)
+# The phases of one decode step (runtime/integrations/phase_timing.py): the step, then draft, verify and the draft
+# extend (WORKER_DECODE_HOOK) inside it; each takes the batch first. Rows with worker_boundary have them.
+WORKER_STEP_HOOK = "EAGLEWorkerV2.forward_batch_generation"
+WORKER_DRAFT_HOOK = "EagleDraftWorker.draft"
+WORKER_VERIFY_HOOK = "EAGLEWorkerV2.verify"
 WORKER_DECODE_HOOK = "EagleDraftWorker._draft_extend_for_decode"  # (batch, batch_result, ...)
 # SGLang's HTTP server process (runtime/integrations/request_classes.py): where a request arrives (its route and
 # custom labels) and where its last output hands over its histogram of accepted drafts per verify step.
@@ -437,7 +442,8 @@ def version_specific_targets() -> dict[str, list[VersionRules]]:
         names = [h.target for h in rules.acceptance] + list(rules.graph_setup_callers)
         names += [f"{DEEPSEEK_V2}.{rules.tbo_helper}", f"{rules.capture_flag_module}.get_is_capture_mode"]
         if rules.worker_boundary:
-            names += [f"{WORKER_MODULE}.{WORKER_PREFILL_HOOK}", f"{WORKER_MODULE}.{WORKER_DECODE_HOOK}"]
+            names += [f"{WORKER_MODULE}.{hook}" for hook in (WORKER_PREFILL_HOOK, WORKER_DECODE_HOOK, WORKER_STEP_HOOK,
+                                                             WORKER_DRAFT_HOOK, WORKER_VERIFY_HOOK)]
         if rules.graph_entries:
             names += [f"{module}.{qualname}" for module, qualname, _ in GRAPH_ENTRIES]
         if rules.request_classes:

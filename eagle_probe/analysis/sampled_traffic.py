@@ -50,3 +50,21 @@ def judged(traffic: dict[str, dict]) -> str:
     if not greedy:
         return "sampled traffic (temperature > 0)"
     return f"mixed traffic ({greedy / (greedy + sampled):.0%} of request-steps greedy)"
+
+
+def survival(sampling: dict[str, dict] | None) -> dict[str, dict]:
+    """{"greedy": {"accepted": [...], "drafted": [...]}, "sampled": ...}: request-steps that accepted and that drafted
+    each draft position, from a `sampling` slice (unknown buckets left out)."""
+    out: dict[str, dict] = {}
+    for bucket, counts in (sampling or {}).items():
+        if bucket == UNKNOWN or not isinstance(counts, dict) or not counts.get("drafted"):
+            continue
+        side = out.setdefault("greedy" if bucket == GREEDY else "sampled", {"accepted": [], "drafted": []})
+        for name in ("accepted", "drafted"):
+            have = side[name]
+            for i, value in enumerate(counts.get(name) or []):
+                if i < len(have):
+                    have[i] += int(value)
+                else:
+                    have.append(int(value))
+    return out

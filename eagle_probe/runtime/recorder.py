@@ -19,6 +19,7 @@ from ..versions import SUPPORTED_RANGE_TEXT, VersionRules
 from .outputs import Outputs
 from .parts import PARTS
 from .parts.acceptance import Acceptance
+from .parts.costs import Costs
 from .parts.coverage import Coverage
 from .parts.dumps import Dumps
 from .parts.forwards import Forwards
@@ -85,6 +86,7 @@ class Recorder:
         self.coverage = of[Coverage].sampler
         self.acceptance = of[Acceptance].monitor
         self.slices = of[Slices].counter
+        self.costs: Costs = of[Costs]
 
     @property
     def metrics(self):

@@ -65,6 +65,8 @@ EXPECTED_PARAMS: dict[str, tuple[str, ...]] = {
     "sglang.srt.models.registry._ModelRegistry.resolve_model_cls": ("architectures",),
     f"{versions.WORKER_MODULE}.{versions.WORKER_PREFILL_HOOK}": ("batch", "target_hidden_states"),
     f"{versions.WORKER_MODULE}.{versions.WORKER_DECODE_HOOK}": ("batch", "batch_result"),
+    **{f"{versions.WORKER_MODULE}.{hook}": ("batch",)
+       for hook in (versions.WORKER_STEP_HOOK, versions.WORKER_DRAFT_HOOK, versions.WORKER_VERIFY_HOOK)},
     f"{MODEL_RUNNER}.ModelRunner.forward": ("forward_batch",),
     **{f"{module}.{qualname}": ("forward_batch",) for module, qualname, _ in versions.GRAPH_ENTRIES},
     f"{versions.TOKENIZER_MODULE}.{versions.REQUEST_ARRIVAL_HOOK}": ("obj", "request"),
@@ -248,6 +250,10 @@ def _worker_boundary_claims() -> list[Claim]:
         sets_attributes("sglang.srt.models.llama_eagle3", "LlamaModel", ["num_aux_hidden_states", "embed_tokens"]),
         # a worker verify dump's target_next_ids: the argmax of these per-row logits
         dataclass_field("sglang.srt.layers.logits_processor", "LogitsProcessorOutput", "next_token_logits"),
+        # the phases the step timer marks run inside the step (runtime/integrations/phase_timing.py)
+        *(body_check(worker, versions.WORKER_STEP_HOOK, f"runs {name} inside the decode step", calls_name(name))
+          for name in ("draft", "verify", "_draft_extend_for_decode")),
+        sets_attributes(worker, "EAGLEWorkerV2", ["speculative_num_steps"]),
     ]
 
 

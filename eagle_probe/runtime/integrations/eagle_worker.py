@@ -16,6 +16,7 @@ from ..patcher import Integration, PatchTarget
 from ..state import STATE
 from ..values import boundary
 from ..values.boundary import Handoff
+from . import phase_timing
 from .llama_eagle3 import draft_static
 
 WORKER_MODULE = versions.WORKER_MODULE
@@ -198,7 +199,7 @@ def decode_wrapper(wrapped, instance, args, kwargs):
                 _observe(static, handoff)
         except Exception as exc:
             STATE.report_error("worker.decode", exc)
-    return wrapped(*args, **kwargs)
+    return phase_timing.timed_phase("extend", wrapped, args, kwargs)  # the draft extend: a phase of the step
 
 
 INTEGRATION = Integration("eagle_worker", (

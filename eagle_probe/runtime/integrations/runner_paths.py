@@ -13,6 +13,7 @@ from ... import versions
 from ..context import graph_capture
 from ..patcher import Integration, PatchTarget
 from ..state import STATE
+from . import phase_timing
 
 MODEL_RUNNER = "sglang.srt.model_executor.model_runner"
 # (module, qualname, kind): the graph runners' entry points, from the version table (rows without them: skipped)
@@ -53,11 +54,21 @@ def model_runner_forward_wrapper(wrapped, instance, args, kwargs):
         return wrapped(*args, **kwargs)
     outer = _entered[0]  # a forward inside a forward (none in 0.5.23): keep the outer one's mark
     _entered[0] = None
+    timed = None
+    try:
+        timed = phase_timing.forward_begin(instance, args[0] if args else kwargs.get("forward_batch"))
+    except Exception as exc:
+        STATE.report_error("phase_timing.forward", exc)
     try:
         return wrapped(*args, **kwargs)
     finally:
         graph = _entered[0]
         _entered[0] = outer
+        if timed is not None:
+            try:
+                phase_timing.forward_end(timed)
+            except Exception as exc:
+                STATE.report_error("phase_timing.forward", exc)
         try:
             _count(instance, args, kwargs, graph)
         except Exception as exc:

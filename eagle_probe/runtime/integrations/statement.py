@@ -5,6 +5,7 @@ phase has, whether an inner model's forward was replaced on the instance) and th
 (however they were given: command line, YAML --config, Engine(...)). It costs nothing per forward.
 """
 
+from ... import versions
 from ...events import OBSERVABILITY
 from ..patcher import PATCHER
 from ..state import STATE
@@ -55,7 +56,19 @@ def settings(runner) -> dict:
         "inner_forward_replaced": inner is not None and "forward" in vars(inner),
         "inner_forward_wrapped": STATE.inner_forward,
         "worker_boundary": boundary.LIVE[0],
+        "timing": _timing(runner),
     }
+
+
+def _timing(runner) -> str | None:
+    """The clock the step timer uses in this process (timing/clocks.py), None when phase timing is off or the
+    worker's step is not wrapped."""
+    from ..timing.clocks import CUDA_EVENTS, WALL_CLOCK
+
+    step = f"{versions.WORKER_MODULE}.{versions.WORKER_STEP_HOOK}"
+    if STATE.recorder.config.phase_timing != "on" or step not in PATCHER.applied():
+        return None
+    return CUDA_EVENTS if str(getattr(runner, "device", "")).startswith("cuda") else WALL_CLOCK
 
 
 def observations(s: dict) -> list:
@@ -89,6 +102,9 @@ def observations(s: dict) -> list:
          "live": "sglang.srt.model_executor.model_runner.ModelRunner.forward" in PATCHER.applied(), "why": ""},
         {"what": "acceptance per draft position", "source": "the scheduler's verify resolution", "live": True,
          "why": ""},
+        {"what": "the cost of each speculative step, the speed-up estimate", "source": s["timing"] or "none",
+         "live": s["timing"] is not None, "why": "" if s["timing"] else
+         "EAGLE_PROBE_PHASE_TIMING is off, or no EAGLE worker step is wrapped in this process"},
     ]
 
 

@@ -3,6 +3,7 @@ order in which each observation and each periodic event is handed on."""
 
 from .acceptance import Acceptance
 from .capture import CaptureLayers
+from .costs import Costs
 from .coverage import Coverage
 from .draft import DraftFacts
 from .dumps import Dumps
@@ -19,4 +20,5 @@ PARTS = (
     Coverage,  # verified tokens inside the draft's vocabulary (before Acceptance: a collapse names it)
     Acceptance,  # per-step acceptance, windows, collapse
     Slices,  # acceptance by slice (analysis.slices.DIMENSIONS), per-request distribution
+    Costs,  # the cost of each speculative step, the speed-up estimate (after Acceptance and Slices: it reads them)
 )

@@ -65,6 +65,18 @@ VOCAB_TOKENS = Spec(COUNTER, "eagle_probe_draft_vocab_verified_tokens_total", "V
                     "steps, by whether the draft's vocabulary holds them.", ("in_vocab",))
 VOCAB_COVERAGE = Spec(GAUGE, "eagle_probe_draft_vocab_coverage", "Share of the sampled verified tokens inside the "
                       "draft's vocabulary so far (caps the accept rate).")
+PHASE_SECONDS = Spec(COUNTER, "eagle_probe_spec_phase_seconds_total", "Seconds of the speculative decode steps by "
+                     "phase (draft: all its steps; verify: the target's verify; extend: the draft extend; step: the "
+                     "worker's whole step) and batch-size bucket, on the clock the start-up statement names (timing).",
+                     ("phase", "batch_bucket"))
+TIMED_STEPS = Spec(COUNTER, "eagle_probe_spec_timed_steps_total", "Speculative decode steps timed, by batch-size "
+                   "bucket.", ("batch_bucket",))
+ESTIMATED_SPEEDUP = Spec(GAUGE, "eagle_probe_spec_estimated_speedup", "Estimated speed-up of speculation over plain "
+                         "decoding by batch-size bucket (tokens per step x a plain step's time / a speculative "
+                         "step's time), since start; set once per summary interval.", ("batch_bucket",))
+ESTIMATED_SPEEDUP_UPPER = Spec(GAUGE, "eagle_probe_spec_estimated_speedup_upper", "The estimated speed-up plus two "
+                               "standard errors: under 1, speculation is slower than plain decoding beyond its "
+                               "uncertainty.", ("batch_bucket",))
 
 # -- made on the first flush that counts them ---------------------------------------------------------------------
 

@@ -85,6 +85,10 @@ class MetricsSink:
         self.aux_nonfinite = make(C.AUX_NONFINITE)
         self.vocab_tokens = make(C.VOCAB_TOKENS)
         self.vocab_coverage = make(C.VOCAB_COVERAGE)
+        self.phase_seconds = make(C.PHASE_SECONDS)
+        self.timed_steps = make(C.TIMED_STEPS)
+        self.estimated_speedup = make(C.ESTIMATED_SPEEDUP)
+        self.estimated_speedup_upper = make(C.ESTIMATED_SPEEDUP_UPPER)
 
     def set_info(self, probe_version: str, sglang_version: str, rules: str, tp_group: str = ""):
         self._child(self.info, probe_version, sglang_version, rules, tp_group, *self._sizes.values()).set(1)
@@ -164,6 +168,19 @@ class MetricsSink:
                     child.inc(count)
         for value, count in sums.length_histogram.items():
             observe_many(histogram, value, count)
+
+    def add_phase_seconds(self, seconds: dict, steps: dict, speedups: dict):
+        """Phase seconds {(bucket, phase): s} and timed steps {bucket: n} since the last flush; the latest estimate
+        {bucket: (speed-up, its upper bound or None)}."""
+        adds = [(self._child(self.phase_seconds, phase, bucket), s) for (bucket, phase), s in seconds.items() if s > 0]
+        adds += [(self._child(self.timed_steps, bucket), n) for bucket, n in steps.items() if n > 0]
+        gauges = [(self._child(self.estimated_speedup, bucket), value) for bucket, (value, _) in speedups.items()]
+        gauges += [(self._child(self.estimated_speedup_upper, bucket), upper)
+                   for bucket, (_, upper) in speedups.items() if upper is not None]
+        for child, amount in adds:
+            child.inc(amount)
+        for child, value in gauges:
+            child.set(value)
 
     def add_vocab_coverage(self, in_vocab, total, all_in_vocab, all_total):
         """Sampled verified tokens since the last flush (in the draft's vocabulary, in all), and the running share."""

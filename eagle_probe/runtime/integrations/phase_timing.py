@@ -1,0 +1,122 @@
+"""The phases of each speculative decode step, timed (runtime/timing/): the EAGLE worker's step
+(`EAGLEWorkerV2.forward_batch_generation` on a decode batch) and inside it the draft (`EagleDraftWorker.draft`, all
+its steps), the target's verify (`EAGLEWorkerV2.verify`) and the draft extend (`_draft_extend_for_decode`, through
+eagle_worker.py's wrapper); and,
+from runner_paths.py, the target's decode and verify forwards (`ModelRunner.forward`), the points of its cost line.
+
+Each wrapper makes clock marks only (a host time, or a CUDA event recorded on the current stream); nothing reads the
+device here. The step's depth is read after it ran (adaptive depth switches the worker's state inside it). A prefill
+through the worker breaks the run of back-to-back steps whose period is measured. Rows of the version table without
+the v2 worker (worker_boundary) leave these unwrapped (rows_only).
+"""
+
+from ... import versions
+from ..patcher import Integration, PatchTarget
+from ..state import STATE
+from ..timing.steps import PHASE_MARKS
+
+WORKER_MODULE = versions.WORKER_MODULE
+TIMED_MODES = ("DECODE", "TARGET_VERIFY")  # the target forwards a plain decode step and a verify run
+
+
+def _costs():
+    recorder = STATE.recorder
+    if not STATE.active or recorder is None:
+        return None
+    costs = recorder.costs
+    return costs if costs.enabled else None
+
+
+def _is_decode(batch) -> bool:
+    mode = batch.forward_mode
+    return not (mode.is_extend() or getattr(batch, "is_extend_in_batch", False) or mode.is_idle())
+
+
+def _begin(costs, worker, args, kwargs):
+    timer = costs.timer_for(worker)
+    batch = args[0] if args else kwargs.get("batch")
+    if timer is None or batch is None:
+        return None, None
+    if not _is_decode(batch):
+        timer.interrupt()
+        return None, None
+    return timer, timer.begin(len(batch.reqs))
+
+
+def step_wrapper(wrapped, instance, args, kwargs):
+    costs = _costs()
+    if costs is None:
+        return wrapped(*args, **kwargs)
+    timer = step = None
+    try:
+        timer, step = _begin(costs, instance, args, kwargs)
+    except Exception as exc:
+        STATE.report_error("phase_timing.step", exc)
+    try:
+        return wrapped(*args, **kwargs)
+    finally:
+        if step is not None:
+            try:
+                depth = getattr(instance, "speculative_num_steps", None)
+                timer.end(step, depth if isinstance(depth, int) else -1)
+            except Exception as exc:
+                STATE.report_error("phase_timing.step", exc)
+
+
+def timed_phase(phase: str, wrapped, args, kwargs):
+    """Run one phase of the current decode step between two marks (untimed outside a step, or with timing off)."""
+    costs = _costs()
+    timer = costs.timer if costs is not None else None
+    if timer is None or timer.current is None:
+        return wrapped(*args, **kwargs)
+    first, last = PHASE_MARKS[phase]
+    try:
+        timer.phase(first)
+    except Exception as exc:
+        STATE.report_error(f"phase_timing.{phase}", exc)
+    try:
+        return wrapped(*args, **kwargs)
+    finally:
+        try:
+            timer.phase(last)
+        except Exception as exc:
+            STATE.report_error(f"phase_timing.{phase}", exc)
+
+
+def draft_wrapper(wrapped, instance, args, kwargs):
+    return timed_phase("draft", wrapped, args, kwargs)
+
+
+def verify_wrapper(wrapped, instance, args, kwargs):
+    return timed_phase("verify", wrapped, args, kwargs)
+
+
+def forward_begin(runner, forward_batch):
+    """Called by runner_paths before a ModelRunner.forward: a mark for a target decode or verify forward, else None."""
+    costs = _costs()
+    timer = costs.timer if costs is not None else None
+    if timer is None or getattr(runner, "is_draft_worker", False):
+        return None
+    mode = forward_batch.forward_mode.name
+    input_ids = forward_batch.input_ids
+    if mode not in TIMED_MODES or input_ids is None:
+        return None
+    return timer.forward_begin(mode, int(input_ids.shape[0]), int(forward_batch.batch_size))
+
+
+def forward_end(mark) -> None:
+    costs = _costs()
+    if costs is not None and costs.timer is not None:
+        costs.timer.forward_end(mark)
+
+
+INTEGRATION = Integration("phase_timing", (
+    PatchTarget(WORKER_MODULE, versions.WORKER_STEP_HOOK, step_wrapper, rows_only=True,
+                observes="the cost of each speculative decode step, its period and the speed-up estimate"),
+    PatchTarget(WORKER_MODULE, versions.WORKER_DRAFT_HOOK, draft_wrapper, rows_only=True,
+                observes="the draft phase's time"),
+    PatchTarget(WORKER_MODULE, versions.WORKER_VERIFY_HOOK, verify_wrapper, rows_only=True,
+                observes="the verify phase's time"),
+))
+# The draft extend (WORKER_DECODE_HOOK) is timed by the worker boundary's wrapper (eagle_worker.decode_wrapper), which
+# holds that target: one wrapper per method.

@@ -1,0 +1,1 @@
+"""The cost of each speculative step, timed without a device synchronisation (clocks.py, steps.py)."""

@@ -1,0 +1,51 @@
+"""What the step timer counted since the process started: per (batch bucket, depth) the steps, their batch sizes,
+phase seconds and periods (analysis.speculation_cost.STEP_FIELDS), and per target forward key (MODE:WIDTH:BUCKET)
+the sums a line through seconds against tokens needs (FIT_FIELDS). Written from the timer's resolve only (one thread
+at a time); read by copy, under the timer's lock (StepTimer.snapshot)."""
+
+class CostCounts:
+    def __init__(self):
+        self.steps: dict[str, dict[int, list]] = {}
+        self.forwards: dict[str, list] = {}
+
+    def _row(self, bucket: str, depth: int) -> list:
+        depths = self.steps.get(bucket)
+        if depths is None:
+            depths = self.steps[bucket] = {}
+        row = depths.get(depth)
+        if row is None:
+            row = depths[depth] = [0, 0, 0.0, 0.0, 0.0, 0.0, 0, 0.0, 0.0]
+        return row
+
+    def add_step(self, bucket: str, depth: int, batch_size: int, draft: float, verify: float, extend: float,
+                 total: float) -> None:
+        row = self._row(bucket, depth)
+        row[0] += 1
+        row[1] += batch_size
+        row[2] += draft
+        row[3] += verify
+        row[4] += extend
+        row[5] += total
+
+    def add_period(self, key: tuple, seconds: float) -> None:
+        row = self._row(*key)
+        row[6] += 1
+        row[7] += seconds
+        row[8] += seconds * seconds
+
+    def add_forward(self, key: str, tokens: int, seconds: float) -> None:
+        row = self.forwards.get(key)
+        if row is None:
+            row = self.forwards[key] = [0, 0.0, 0.0, 0.0, 0.0, 0.0]
+        row[0] += 1
+        row[1] += tokens
+        row[2] += tokens * tokens
+        row[3] += seconds
+        row[4] += seconds * seconds
+        row[5] += tokens * seconds
+
+    def snapshot(self) -> dict:
+        """{"steps": {bucket: {depth (str): [...]}}, "forwards": {key: [...]}}: a copy, as the costs event holds it."""
+        steps = {bucket: {str(d): list(row) for d, row in dict(depths).items()} for bucket, depths in
+                 dict(self.steps).items()}
+        return {"steps": steps, "forwards": {k: list(v) for k, v in dict(self.forwards).items()}}
