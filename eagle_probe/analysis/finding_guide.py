@@ -232,4 +232,20 @@ GUIDE = {
         "traffic fails; names the slice when one slice explains it",
         "look at what the low group has in common (the slice it names, the entry point, sampling, the request "
         "labels) and compare it with the draft's training data"),
+    F.SPECULATION_SLOWER_THAN_PLAIN: Guide(
+        "summarize, advise (from the running probe's `eagle_probe.spec.costs` lines)",
+        "the estimated speed-up (tokens per step from the acceptance x a plain step's time / a speculative step's "
+        "time, per batch-size bucket, for all traffic and for greedy and sampled traffic apart) is under 1 by more "
+        "than two standard errors; names the tokens per step, the break-even accept length, both step times and "
+        "where the plain one came from",
+        "the depth it names where a depth pays; else turn speculation off for that batch size (`eagle-probe advise "
+        "--write` writes an adaptive config with candidate_steps [0] there) or serve that traffic class without a "
+        "draft; see Does speculation pay?"),
+    F.SPECULATION_DEPTH_OFF: Guide(
+        "summarize, advise",
+        "at a batch-size bucket, the depth that maximises the estimated speed-up differs from the depth served and "
+        "beats it by 10 % and by two standard errors; says when that depth was never served (its cost and "
+        "acceptance extrapolated)",
+        "serve that depth for that batch size: `eagle-probe advise --write FILE` and `--speculative-adaptive "
+        "--speculative-adaptive-config FILE`; measure again, since an extrapolated depth is an estimate"),
 }

@@ -63,6 +63,8 @@ ACCEPTANCE_LOW = "acceptance_low"  # analysis.field_prior
 ACCEPTANCE_SAMPLED_TRAFFIC = "acceptance_sampled_traffic"  # analysis.sampled_traffic
 ACCEPTANCE_PAST_TRAINED_LENGTH = "acceptance_past_trained_length"  # analysis.trained_length
 ACCEPTANCE_BIMODAL = "acceptance_bimodal"  # analysis.bimodal
+SPECULATION_SLOWER_THAN_PLAIN = "speculation_slower_than_plain"  # analysis.speculation_cost
+SPECULATION_DEPTH_OFF = "speculation_depth_off"  # analysis.speculation_cost
 
 ERROR, WARNING, INFO = "error", "warning", "info"
 
@@ -125,6 +127,11 @@ CODES = {
                                               "length is below acceptance within it beyond chance"),
     ACCEPTANCE_BIMODAL: (WARNING, "summarize: finished requests' accept lengths split into two groups (a subset of "
                                   "the traffic fails while the rest is served well)"),
+    SPECULATION_SLOWER_THAN_PLAIN: (WARNING, "summarize, advise: at a batch-size bucket (or for one traffic class) "
+                                             "speculation is estimated slower than plain decoding beyond its "
+                                             "uncertainty"),
+    SPECULATION_DEPTH_OFF: (INFO, "summarize, advise: another draft depth is estimated faster than the one served by "
+                                  "a margin"),
 }
 
 

@@ -20,10 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from . import batch_buckets
-from .findings import Finding, _finding
-
-SPECULATION_SLOWER_THAN_PLAIN = "speculation_slower_than_plain"
-SPECULATION_DEPTH_OFF = "speculation_depth_off"
+from .findings import SPECULATION_DEPTH_OFF, SPECULATION_SLOWER_THAN_PLAIN, Finding, _finding
 
 MIN_STEPS = 20  # timed decode steps a bucket needs before it is estimated
 MIN_POSITION_DRAFTS = 20  # request-steps that drafted a position before its rate is read, not extrapolated
@@ -449,7 +446,7 @@ def _depth_off(bucket: dict) -> Finding | None:
     if best == served or not best or str(served) not in at:
         return None
     gain = at[str(best)]["speedup"] / at[str(served)]["speedup"] - 1 if at[str(served)]["speedup"] else math.inf
-    error = cls["uncertainty"] or math.inf
+    error = math.inf if cls["uncertainty"] is None else cls["uncertainty"]
     if gain < DEPTH_MARGIN or at[str(best)]["speedup"] - at[str(served)]["speedup"] < 2 * error:
         return None
     extrapolated = " (extrapolated: never served)" if at[str(best)]["extrapolated"] else ""
