@@ -33,6 +33,8 @@ ModelRunner.forward's (forward counts and path) and the EAGLE worker's hand-off 
 no fingerprint due); then every hook of one decode step summed (SPEC_STEPS speculative steps), under CUDA graphs and
 eager, beside its share of a 10 ms GPU step. The fingerprint figure is the worker boundary's sample as well: it queues
 the same reductions on the aux states the target hands the worker.
+Phase timing: what timing one decode step adds (the step, draft, verify and extend wrappers, the target's verify
+forward timed, the step counted on the wall clock), hot, per step (in the decode step's sum).
 Flush: one flush of everything counted (the probe's own thread, once per flush interval).
 Load: eagle_probe.install() with SGLang's model registry imported, i.e. the registry scan and the wrapping
 of every target class found (best of 5, in ms; budget 50 ms per process, absolute: it happens once).
@@ -79,6 +81,7 @@ BUDGETS = {
     "fingerprint_and_coverage_amortised": 0.5,  # with the coverage samples of one second, per forward
     "flush": 25.0,  # once per flush interval (1 s), off the hot path; / FORWARDS_PER_S = 0.5x
     "verify_step_coverage": 8.0,  # a verify step whose tokens are sampled for coverage, as verify_step
+    "phase_timing": 10.0,  # per decode step: the step, its three phases and the target's verify forward timed
 }
 REFERENCE_NUMBER, REFERENCE_REPEAT = 200_000, 7
 
@@ -518,6 +521,53 @@ def step_hooks_us(runner, model, n):
     return runner_forward, (probed - bare) / 1000
 
 
+def phase_timing_us(runner, n):
+    """Hot added us per decode step of the phase timing (EAGLE_PROBE_PHASE_TIMING, on by default): the worker's step
+    wrapper with its draft and verify wrappers and the draft extend's timed phase inside it, and the target's verify
+    forward timed inside the verify (ModelRunner.forward's wrapper with timing against the same wrapper without), the
+    wall clock's marks and the step counted at its end; against the same nesting of bare calls. Real ScheduleBatch
+    and ForwardBatch; the worker is a stand-in holding what the wrappers read (device, topk, speculative_num_steps)."""
+    from array import array
+    from types import SimpleNamespace
+
+    from sglang.srt.managers.schedule_batch import Req, ScheduleBatch
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+    from sglang.srt.sampling.sampling_params import SamplingParams
+
+    from eagle_probe.runtime.integrations import phase_timing
+    from eagle_probe.runtime.state import STATE
+
+    def returns(*a, **k):
+        return None
+
+    forward_batch = prepare(runner)["TARGET_VERIFY"]
+    worker = SimpleNamespace(device="cpu", topk=1, speculative_num_steps=SPEC_STEPS)
+    batch = ScheduleBatch(reqs=[Req(f"p{i}", "", array("i", [1, 2, 3]), SamplingParams(max_new_tokens=64))
+                                for i in range(16)])
+    batch.forward_mode = ForwardMode.DECODE
+
+    def verify_probed(*a, **k):
+        mark = phase_timing.forward_begin(worker, forward_batch)
+        phase_timing.forward_end(mark)
+
+    def step_probed(*a, **k):
+        phase_timing.draft_wrapper(returns, worker, (batch,), {})
+        phase_timing.verify_wrapper(verify_probed, worker, (batch,), {})
+        phase_timing.timed_phase("extend", returns, (batch, None), {})
+
+    def step_bare():
+        returns(batch)
+        returns(batch)
+        returns(batch, None)
+
+    errors = STATE.recorder.out.errors_total
+    bare, probed = paired_median_ns(step_bare, lambda: phase_timing.step_wrapper(step_probed, worker, (batch,), {}), n)
+    if STATE.recorder.out.errors_total != errors or STATE.recorder.costs.timer is None:
+        raise SystemExit("the phase timing counted internal errors or timed nothing: the figure would not be its "
+                         "path's")
+    return (probed - bare) / 1000
+
+
 def decode_step_rows(figures):
     """[(batch, graph path us, eager path us)]: every hook one decode step runs, summed. Under CUDA graphs (the
     deployed path): the acceptance hook, the worker hand-off, ModelRunner.forward once for the target's verify and
@@ -527,7 +577,7 @@ def decode_step_rows(figures):
     rows = []
     for batch, verify in figures["verify_step_us"].items():
         graph = (verify + figures["worker_handoff_us"] + runner_forwards * figures["runner_forward_us"]
-                 + figures["fingerprint_amortised_us"])
+                 + figures["fingerprint_amortised_us"] + figures["phase_timing_us"])
         eager = (graph + figures["target_forward_in_situ_us"]["TARGET_VERIFY"]
                  + (SPEC_STEPS + 1) * figures["draft_forward_us"])
         rows.append((batch, round(graph, 2), round(eager, 2)))
@@ -719,8 +769,10 @@ def main():
           f"reductions are a few memory passes over the aux states)")
     figures["runner_forward_us"], figures["worker_handoff_us"] = (round(v, 2) for v in step_hooks_us(runner, model,
                                                                                                      3000))
+    figures["phase_timing_us"] = round(phase_timing_us(runner, 3000), 2)
     print(f"\nModelRunner.forward (forward counts, every path): {figures['runner_forward_us']:.2f} us a forward; "
-          f"worker hand-off after verify (not due): {figures['worker_handoff_us']:.2f} us a step")
+          f"worker hand-off after verify (not due): {figures['worker_handoff_us']:.2f} us a step; phase timing "
+          f"(the step, its phases and the verify forward): {figures['phase_timing_us']:.2f} us a step")
     figures["decode_step_us"] = {}
     print(f"whole probe cost of one decode step ({SPEC_STEPS} speculative steps; every hook summed), and its share of "
           f"a {GPU_STEP_US / 1000:.0f} ms GPU step")
@@ -757,6 +809,7 @@ def judged_figures(figures):
     if "fingerprint_and_coverage_amortised_us" in figures:
         rows.append(("fingerprint_and_coverage_amortised", None, "batch 128",
                      figures["fingerprint_and_coverage_amortised_us"]))
+    rows.append(("phase_timing", None, "per decode step", figures["phase_timing_us"]))
     rows.append(("flush", None, "", figures["flush_us"]))
     return rows
 

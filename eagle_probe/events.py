@@ -98,8 +98,9 @@ CATALOGUE = {
         "source: the clock (wall_clock, cuda_events, sglang_device_timer)", "topk",
         "steps: since start, batch bucket -> depth -> [steps, batch_sum, draft_s, verify_s, extend_s, step_s, "
         "periods, period_s, period_s2]",
-        "forwards: since start, the target's forwards by MODE:WIDTH:BUCKET -> [n, tokens, tokens^2, s, s^2, "
-        "tokens x s]",
+        "forwards: since start, the target's decode, verify and short prefill forwards by MODE:WIDTH:BUCKET (a "
+        "prefill's width: *) -> the sums of 1, requests, tokens, their squares and product, seconds, and seconds x "
+        "each and squared",
         "acceptance: all, greedy, sampled -> accepted and drafted request-steps per draft position",
         "estimate: per bucket, estimated_speedup, uncertainty, break_even_accept_length, recommended_num_steps, "
         "plain_step_seconds and plain_source, phase_seconds", "dropped: steps not timed (the queue was full)")),

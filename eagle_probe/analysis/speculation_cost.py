@@ -4,12 +4,13 @@ since the process started) and the acceptance it counted, for each batch-size bu
 - tokens per step at depth k, tau(k) = 1 + sum over positions j < k of P(position j accepted), from the per-position
   survival curve; positions never drafted are extrapolated (the last conditional rate repeats) and said so;
 - the plain step's time T_plain(B): the target's width-1 forwards in that bucket where they ran (adaptive depth 0:
-  a verify of one token per request, an upper bound of a plain decode), else a least-squares line of the target's
-  forward time against its tokens (a + b x tokens) read at B tokens, with its standard error;
+  a verify of one token per request, an upper bound of a plain decode), else a least-squares fit of the target's
+  forward time on its requests and tokens (a + c x requests + b x tokens; decode, verify and short prefill forwards)
+  read at B requests of one token, with its standard error;
 - the speculative step's time: the period from one decode step's start to the next one's, back to back (what the
   server spends per step, its own scheduling included), else the worker's step alone;
 - the speed-up S = tau x T_plain / T_step, the break-even accept length T_step / T_plain, and the depth that
-  maximises S: T_step(k) = fixed + k x (draft time per draft step) + T_forward(B x (k + 1)), the fixed part read
+  maximises S: T_step(k) = fixed + k x (draft time per draft step) + T_forward(B, B x (k + 1)), the fixed part read
   from the served depths.
 S is uncertain through T_plain (the fit), the mean period and tau (binomial per position); `uncertainty` is its
 standard error, and "beyond it" means by two of them.
@@ -31,8 +32,8 @@ CLASSES = ("all", "greedy", "sampled")
 
 # The costs event's per-(bucket, depth) list, in order.
 STEP_FIELDS = ("steps", "batch_sum", "draft_s", "verify_s", "extend_s", "step_s", "periods", "period_s", "period_s2")
-# A forward key's sufficient statistics of x = tokens, y = seconds.
-FIT_FIELDS = ("n", "sx", "sxx", "sy", "syy", "sxy")
+# A forward key's sufficient statistics of r = requests, t = tokens, y = seconds (sums of each and of their products).
+FIT_FIELDS = ("n", "r", "t", "rr", "rt", "tt", "y", "yr", "yt", "yy")
 
 
 # -- tokens per step ---------------------------------------------------------------------------------------------------
@@ -90,24 +91,31 @@ def survival_of(counts: Mapping | None) -> Survival | None:
 
 @dataclass(frozen=True)
 class ForwardFit:
-    """seconds = a + b x tokens over the target's timed forwards, with what the standard error needs."""
+    """seconds = a + c x requests + b x tokens over the target's timed forwards (least squares), with what the
+    standard error needs. Where the forwards' requests and tokens rise together (every forward of one width), the
+    two cannot be told apart: the cost is put on the requests (`collinear`), so a plain step is taken as long as a
+    forward of the same batch, an upper bound."""
 
     a: float
+    c: float
     b: float
     n: int
-    mean_x: float
-    sxx: float  # sum of (x - mean x)^2
-    residual: float  # standard deviation of one forward around the line
-    misfit: float  # RMS of the per-key mean's distance from the line (forwards of one kind that the line misses)
+    means: tuple[float, float]  # requests, tokens
+    inverse: tuple[float, float, float]  # the centred normal matrix's inverse: (rr, rt, tt)
+    residual: float  # standard deviation of one forward around the fit
+    misfit: float  # RMS of the per-key means' distance from the fit (kinds of forward the fit misses)
+    collinear: bool
 
-    def seconds(self, tokens: float) -> float:
-        return self.a + self.b * tokens
+    def seconds(self, requests: float, tokens: float) -> float:
+        return max(self.a + self.c * requests + self.b * tokens, 0.0)
 
-    def error(self, tokens: float) -> float:
-        """Standard error of the line at `tokens`, the misfit of its keys added."""
-        if self.n < 3:
+    def error(self, requests: float, tokens: float) -> float:
+        """Standard error of the fit at (requests, tokens), the misfit of its keys added."""
+        if self.n < 4 or not math.isfinite(self.residual):
             return math.inf
-        spread = (tokens - self.mean_x) ** 2 / self.sxx if self.sxx > 0 else 0.0
+        dr, dt = requests - self.means[0], tokens - self.means[1]
+        rr, rt, tt = self.inverse
+        spread = dr * dr * rr + 2 * dr * dt * rt + dt * dt * tt
         return math.sqrt(self.residual ** 2 * (1 / self.n + spread) + self.misfit ** 2)
 
 
@@ -120,34 +128,39 @@ def _sums(rows: Sequence[Sequence[float]]) -> list[float]:
 
 
 def fit_forwards(forwards: Mapping[str, Sequence[float]]) -> ForwardFit | None:
-    """The line over every timed target forward; slope 0 when they all had one size (then only the mean is known)."""
-    n, sx, sxx, sy, syy, sxy = _sums(list(forwards.values()))
+    n, r, t, rr, rt, tt, y, yr, yt, yy = _sums(list(forwards.values()))
     if n < 1:
         return None
-    mean_x, mean_y = sx / n, sy / n
-    var_x = sxx - n * mean_x ** 2
-    cov = sxy - n * mean_x * mean_y
-    b = cov / var_x if var_x > 1e-9 else 0.0
-    a = mean_y - b * mean_x
-    sse = max(syy - n * mean_y ** 2 - b * cov, 0.0)
-    residual = math.sqrt(sse / (n - 2)) if n > 2 else math.inf
-    misses = []
-    for row in forwards.values():
-        k = row[0]
-        if k:
-            misses.append(row[3] / k - (a + b * row[1] / k))
-    misfit = math.sqrt(sum(m * m for m in misses) / len(misses)) if len(misses) > 2 else 0.0
-    return ForwardFit(a, b, int(n), mean_x, max(var_x, 0.0), residual, misfit)
+    mr, mt, my = r / n, t / n, y / n
+    srr, srt, stt = rr - r * mr, rt - r * mt, tt - t * mt
+    sry, sty, syy = yr - r * my, yt - t * my, yy - y * my
+    det = srr * stt - srt * srt
+    collinear = not (srr > 1e-9 and stt > 1e-9 and det > 1e-6 * srr * stt)
+    if not collinear:
+        c, b = (sry * stt - sty * srt) / det, (sty * srr - sry * srt) / det
+        inverse = (stt / det, -srt / det, srr / det)
+    else:  # one kind of forward: the cost on the requests (an upper bound of a plain step)
+        c, b = (sry / srr if srr > 1e-9 else 0.0), 0.0
+        inverse = (1 / srr if srr > 1e-9 else 0.0, 0.0, 0.0)
+    a = my - c * mr - b * mt
+    sse = max(syy - c * sry - b * sty, 0.0)
+    parameters = 3 if not collinear else 2
+    residual = math.sqrt(sse / (n - parameters)) if n > parameters else math.inf
+    fit = ForwardFit(a, c, b, int(n), (mr, mt), inverse, residual, 0.0, collinear)
+    misses = [row[6] / row[0] - fit.seconds(row[1] / row[0], row[2] / row[0]) for row in forwards.values() if row[0]]
+    misfit = math.sqrt(sum(m * m for m in misses) / len(misses)) if len(misses) > 3 else 0.0
+    return ForwardFit(a, c, b, int(n), (mr, mt), inverse, residual, misfit, collinear)
 
 
 def _width_one_seconds(forwards: Mapping[str, Sequence[float]], bucket: str) -> tuple[float, float, int] | None:
     """Mean seconds, standard error and count of the bucket's width-1 target forwards (keys MODE:WIDTH:BUCKET)."""
     rows = [row for key, row in forwards.items() if key.split(":")[1:] == ["1", bucket]]
-    n, _, _, sy, syy, _ = _sums(rows)
+    total = _sums(rows)
+    n, y, yy = total[0], total[6], total[9]
     if n < MIN_STEPS:
         return None
-    mean = sy / n
-    sd = math.sqrt(max(syy / n - mean ** 2, 0.0))
+    mean = y / n
+    sd = math.sqrt(max(yy / n - mean ** 2, 0.0))
     return mean, sd / math.sqrt(n), int(n)
 
 
@@ -226,13 +239,13 @@ def plain_step(bucket: BucketCosts, forwards: Mapping, fit: ForwardFit | None) -
         return Plain(measured[0], measured[1], f"width-1 target forwards ({measured[2]}; an upper bound)")
     if fit is None:
         return None
-    tokens = bucket.mean_batch
-    seconds = fit.seconds(tokens)
+    batch = bucket.mean_batch
+    seconds = fit.seconds(batch, batch)
     if seconds <= 0:
         return None
-    how = "forwards of one size: slope unknown, the plain forward taken as long as theirs (an upper bound)" \
-        if fit.sxx <= 1e-9 else f"line over {fit.n} target forwards"
-    return Plain(seconds, fit.error(tokens), f"cost model ({how})")
+    how = "requests and tokens rose together: a plain forward taken as long as a forward of the same batch, an " \
+        "upper bound" if fit.collinear else f"fit of seconds on requests and tokens over {fit.n} target forwards"
+    return Plain(seconds, fit.error(batch, batch), f"cost model ({how})")
 
 
 @dataclass(frozen=True)
@@ -245,7 +258,7 @@ class StepModel:
     fit: ForwardFit | None
 
     def seconds(self, depth: int) -> float:
-        forward = self.fit.seconds(self.batch * (depth + 1)) if self.fit is not None else 0.0
+        forward = self.fit.seconds(self.batch, self.batch * (depth + 1)) if self.fit is not None else 0.0
         return self.fixed + depth * self.per_draft_step + forward
 
 
@@ -255,7 +268,7 @@ def step_model(bucket: BucketCosts, fit: ForwardFit | None) -> StepModel:
     for row in bucket.rows.values():
         seconds, _, _ = row.step_seconds()
         draft = row.draft_s / row.steps
-        forward = fit.seconds(batch * (row.depth + 1)) if fit is not None else 0.0
+        forward = fit.seconds(batch, batch * (row.depth + 1)) if fit is not None else 0.0
         fixed_sum += row.steps * (seconds - draft - forward)
         weight += row.steps
         if row.depth > 0:
@@ -355,8 +368,8 @@ def estimate(costs: Mapping) -> dict:
     buckets = [bucket_estimate(b, costs, fit) for b in buckets_of(costs.get("steps") or {})]
     out = {"source": costs.get("source"), "topk": costs.get("topk"), "buckets": buckets}
     if fit is not None:
-        out["fit"] = {"seconds_per_forward": round(fit.a, 9), "seconds_per_token": round(fit.b, 12),
-                      "forwards": fit.n, "one_size": fit.sxx <= 1e-9}
+        out["fit"] = {"seconds_per_forward": round(fit.a, 9), "seconds_per_request": round(fit.c, 12),
+                      "seconds_per_token": round(fit.b, 12), "forwards": fit.n, "collinear": fit.collinear}
     return out
 
 

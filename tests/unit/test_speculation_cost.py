@@ -34,36 +34,50 @@ def test_tokens_per_step_reads_the_survival_curve_then_extrapolates():
 
 
 def _fit_row(points):
-    """FIT_FIELDS sums of (tokens, seconds) points."""
-    return [len(points), sum(x for x, _ in points), sum(x * x for x, _ in points), sum(y for _, y in points),
-            sum(y * y for _, y in points), sum(x * y for x, y in points)]
+    """FIT_FIELDS sums of (requests, tokens, seconds) points."""
+    sums = [0.0] * len(C.FIT_FIELDS)
+    for r, t, y in points:
+        for i, value in enumerate((1, r, t, r * r, r * t, t * t, y, y * r, y * t, y * y)):
+            sums[i] += value
+    return sums
 
 
-def test_the_forward_line_is_recovered_with_its_error():
-    # 2 ms a forward plus 0.1 ms a token, with +-0.05 ms of noise alternating
-    line = [(x, 0.002 + 0.0001 * x + (0.00005 if i % 2 else -0.00005)) for i in range(40) for x in (3, 18)]
-    fit = C.fit_forwards({"TARGET_VERIFY:3:1": _fit_row([p for p in line if p[0] == 3]),
-                          "TARGET_VERIFY:3:4-7": _fit_row([p for p in line if p[0] == 18])})
-    assert fit.a == pytest.approx(0.002, abs=1e-6) and fit.b == pytest.approx(0.0001, rel=1e-3)
-    assert fit.seconds(1) == pytest.approx(0.0021, rel=1e-2)
-    assert 0 < fit.error(1) < 0.0001
-    one_size = C.fit_forwards({"TARGET_VERIFY:3:1": _fit_row([(3, 0.004), (3, 0.006)])})
-    assert one_size.b == 0 and one_size.seconds(1) == pytest.approx(0.005)
+def test_the_forward_fit_tells_requests_from_tokens_with_its_error():
+    # 1 ms a forward, 0.4 ms a request, 0.1 ms a token, +-0.05 ms of noise alternating; verify forwards (3 tokens a
+    # request) and prefills (6 tokens a request) at batch 1 and 6
+    def cost(i, r, t):
+        return 0.001 + 0.0004 * r + 0.0001 * t + (0.00005 if i % 2 else -0.00005)
+
+    shapes = {"TARGET_VERIFY:3:1": (1, 3), "TARGET_VERIFY:3:4-7": (6, 18), "EXTEND:*:1": (1, 6),
+              "EXTEND:*:4-7": (6, 36)}
+    fit = C.fit_forwards({key: _fit_row([(r, t, cost(i, r, t)) for i in range(40)]) for key, (r, t) in shapes.items()})
+    assert not fit.collinear
+    assert (fit.a, fit.c, fit.b) == pytest.approx((0.001, 0.0004, 0.0001), rel=1e-2, abs=1e-6)
+    assert fit.seconds(6, 6) == pytest.approx(0.001 + 0.0024 + 0.0006, rel=1e-2)  # a plain step of 6 requests
+    assert 0 < fit.error(6, 6) < 0.0001
+    # verify forwards alone: requests and tokens rise together, so a plain step is taken as long as a verify of the
+    # same batch (an upper bound)
+    alone = C.fit_forwards({key: _fit_row([(r, t, cost(i, r, t)) for i in range(40)])
+                            for key, (r, t) in shapes.items() if key.startswith("TARGET")})
+    assert alone.collinear and alone.seconds(6, 6) == pytest.approx(0.001 + 0.0024 + 0.0018, rel=1e-2)
+    one_size = C.fit_forwards({"TARGET_VERIFY:3:1": _fit_row([(1, 3, 0.004), (1, 3, 0.006)])})
+    assert one_size.seconds(1, 1) == pytest.approx(0.005)
 
 
 def _costs(period=0.010, periods=100, depth=2, batch=1, plain=None, accepted=(90, 80), drafted=(100, 100),
            draft_step=0.001):
     """A bucket of `periods` back-to-back steps of `period` seconds at `depth`, drafting at `draft_step` seconds a
-    step; the target's forwards on a line of 1 ms + 0.5 ms a token."""
+    step; the target's forwards cost 1 ms + 0.5 ms a token (a request adds nothing)."""
     label = batch_buckets.LABELS[batch_buckets.bucket_of(batch)]
     steps = {label: {str(depth): [periods, periods * batch, draft_step * depth * periods, 0.005 * periods,
                                   0.001 * periods, 0.009 * periods, periods, period * periods,
                                   period * period * periods]}}
     tokens = batch * (depth + 1)
-    forwards = {f"TARGET_VERIFY:{depth + 1}:{label}": _fit_row([(tokens, 0.001 + 0.0005 * tokens)] * periods),
-                f"TARGET_VERIFY:{depth + 1}:256+": _fit_row([(300, 0.001 + 0.0005 * 300)] * 5)}
+    forwards = {f"TARGET_VERIFY:{depth + 1}:{label}": _fit_row([(batch, tokens, 0.001 + 0.0005 * tokens)] * periods),
+                "EXTEND:*:1": _fit_row([(1, 6, 0.001 + 0.0005 * 6)] * 5),
+                "EXTEND:*:256+": _fit_row([(300, 300, 0.001 + 0.0005 * 300)] * 5)}
     if plain is not None:
-        forwards[f"TARGET_VERIFY:1:{label}"] = _fit_row([(batch, plain)] * periods)
+        forwards[f"TARGET_VERIFY:1:{label}"] = _fit_row([(batch, batch, plain)] * periods)
     return {"source": "wall_clock", "topk": 1, "steps": steps, "forwards": forwards,
             "acceptance": {"all": {"accepted": list(accepted), "drafted": list(drafted)}}}
 
@@ -180,7 +194,8 @@ def test_the_step_timer_counts_phases_periods_and_forwards():
     assert one[:2] == [2, 2] and one[2:5] == pytest.approx([0.004, 0.010, 0.002])
     assert one[6] == 1  # one period: the second step followed the first, the third followed a prefill
     assert counts["steps"]["4-7"]["0"][:2] == [1, 6]
-    assert counts["forwards"] == {"TARGET_VERIFY:3:4-7": pytest.approx([1, 18, 324, 0.008, 0.008 ** 2, 18 * 0.008])}
+    assert counts["forwards"] == {"TARGET_VERIFY:3:4-7": pytest.approx(
+        [1, 6, 18, 36, 108, 324, 0.008, 0.008 * 6, 0.008 * 18, 0.008 ** 2])}
 
 
 def test_nothing_is_read_before_its_mark_is_done():

@@ -1,8 +1,8 @@
 """The phases of each speculative decode step, timed (runtime/timing/): the EAGLE worker's step
 (`EAGLEWorkerV2.forward_batch_generation` on a decode batch) and inside it the draft (`EagleDraftWorker.draft`, all
 its steps), the target's verify (`EAGLEWorkerV2.verify`) and the draft extend (`_draft_extend_for_decode`, through
-eagle_worker.py's wrapper); and,
-from runner_paths.py, the target's decode and verify forwards (`ModelRunner.forward`), the points of its cost line.
+eagle_worker.py's wrapper); and, from runner_paths.py, the target's decode, verify and short prefill forwards
+(`ModelRunner.forward`), the points of its cost fit.
 
 Each wrapper makes clock marks only (a host time, or a CUDA event recorded on the current stream); nothing reads the
 device here. The step's depth is read after it ran (adaptive depth switches the worker's state inside it). A prefill
@@ -16,7 +16,8 @@ from ..state import STATE
 from ..timing.steps import PHASE_MARKS
 
 WORKER_MODULE = versions.WORKER_MODULE
-TIMED_MODES = ("DECODE", "TARGET_VERIFY")  # the target forwards a plain decode step and a verify run
+TIMED_MODES = ("DECODE", "TARGET_VERIFY", "EXTEND")  # the target forwards of the cost fit
+MAX_EXTEND_TOKENS = 512  # longer prefills are left out of the fit: their attention grows with the prompt
 
 
 def _costs():
@@ -92,7 +93,8 @@ def verify_wrapper(wrapped, instance, args, kwargs):
 
 
 def forward_begin(runner, forward_batch):
-    """Called by runner_paths before a ModelRunner.forward: a mark for a target decode or verify forward, else None."""
+    """Called by runner_paths before a ModelRunner.forward: a mark for a target decode, verify or short prefill
+    forward (the points of the cost fit), else None."""
     costs = _costs()
     timer = costs.timer if costs is not None else None
     if timer is None or getattr(runner, "is_draft_worker", False):
@@ -101,7 +103,10 @@ def forward_begin(runner, forward_batch):
     input_ids = forward_batch.input_ids
     if mode not in TIMED_MODES or input_ids is None:
         return None
-    return timer.forward_begin(mode, int(input_ids.shape[0]), int(forward_batch.batch_size))
+    tokens = int(input_ids.shape[0])
+    if mode == "EXTEND" and tokens > MAX_EXTEND_TOKENS:
+        return None
+    return timer.forward_begin(mode, tokens, int(forward_batch.batch_size))
 
 
 def forward_end(mark) -> None:

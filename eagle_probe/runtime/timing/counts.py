@@ -1,7 +1,7 @@
 """What the step timer counted since the process started: per (batch bucket, depth) the steps, their batch sizes,
 phase seconds and periods (analysis.speculation_cost.STEP_FIELDS), and per target forward key (MODE:WIDTH:BUCKET)
-the sums a line through seconds against tokens needs (FIT_FIELDS). Written from the timer's resolve only (one thread
-at a time); read by copy, under the timer's lock (StepTimer.snapshot)."""
+the sums a least-squares fit of seconds on requests and tokens needs (FIT_FIELDS). Written from the timer's resolve
+only (one thread at a time); read by copy, under the timer's lock (StepTimer.snapshot)."""
 
 class CostCounts:
     def __init__(self):
@@ -33,16 +33,13 @@ class CostCounts:
         row[7] += seconds
         row[8] += seconds * seconds
 
-    def add_forward(self, key: str, tokens: int, seconds: float) -> None:
+    def add_forward(self, key: str, requests: int, tokens: int, seconds: float) -> None:
         row = self.forwards.get(key)
         if row is None:
-            row = self.forwards[key] = [0, 0.0, 0.0, 0.0, 0.0, 0.0]
-        row[0] += 1
-        row[1] += tokens
-        row[2] += tokens * tokens
-        row[3] += seconds
-        row[4] += seconds * seconds
-        row[5] += tokens * seconds
+            row = self.forwards[key] = [0] * 6 + [0.0] * 4
+        for i, value in enumerate((1, requests, tokens, requests * requests, requests * tokens, tokens * tokens,
+                                   seconds, seconds * requests, seconds * tokens, seconds * seconds)):
+            row[i] += value
 
     def snapshot(self) -> dict:
         """{"steps": {bucket: {depth (str): [...]}}, "forwards": {key: [...]}}: a copy, as the costs event holds it."""

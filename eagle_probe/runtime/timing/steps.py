@@ -34,10 +34,10 @@ class Step:
 
 
 class Forward:
-    __slots__ = ("key", "tokens", "start", "end")
+    __slots__ = ("key", "requests", "tokens", "start", "end")
 
-    def __init__(self, key: str, tokens: int, start):
-        self.key, self.tokens, self.start, self.end = key, tokens, start, None
+    def __init__(self, key: str, requests: int, tokens: int, start):
+        self.key, self.requests, self.tokens, self.start, self.end = key, requests, tokens, start, None
 
 
 class StepTimer:
@@ -79,9 +79,10 @@ class StepTimer:
         self._last = None
 
     def forward_begin(self, mode: str, tokens: int, batch_size: int) -> Forward:
-        width = tokens // batch_size if batch_size else tokens
+        """Keyed MODE:WIDTH:BUCKET; a prefill's width varies with its prompts, so prefills share one key a bucket."""
+        width = "*" if mode == "EXTEND" else str(tokens // batch_size if batch_size else tokens)
         bucket = batch_buckets.LABELS[batch_buckets.bucket_of(batch_size)]
-        return Forward(f"{mode}:{width}:{bucket}", tokens, self.clock.mark())
+        return Forward(f"{mode}:{width}:{bucket}", batch_size, tokens, self.clock.mark())
 
     def forward_end(self, forward: Forward) -> None:
         forward.end = self.clock.mark()
@@ -112,7 +113,7 @@ class StepTimer:
                         break
                     seconds = clock.seconds(item.start, item.end)
                     if seconds is not None:
-                        counts.add_forward(item.key, item.tokens, seconds)
+                        counts.add_forward(item.key, item.requests, item.tokens, seconds)
                     clock.release(item.start)
                     clock.release(item.end)
                 else:
