@@ -32,11 +32,13 @@ from grafana_foundation_sdk.builders.dashboard import (  # noqa: E402
     DatasourceVariable,
     QueryVariable,
     Row,
+    ThresholdsConfig,
 )
 from grafana_foundation_sdk.cog.encoder import JSONEncoder  # noqa: E402
 from grafana_foundation_sdk.models.common import (  # noqa: E402
     BarGaugeDisplayMode,
     GraphDrawStyle,
+    GraphThresholdsStyleMode,
     LegendDisplayMode,
     LegendPlacement,
     SortOrder,
@@ -49,15 +51,23 @@ from grafana_foundation_sdk.models.dashboard import (  # noqa: E402
     DashboardCursorSync,
     DataSourceRef,
     DataTransformerConfig,
+    Threshold,
+    ThresholdsMode,
     VariableOption,
     VariableRefresh,
     VariableSort,
 )
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat, QueryEditorMode  # noqa: E402
 
-from eagle_probe.analysis.findings import DRAFT_VOCAB_COVERAGE_LOW, MISMATCH_CODES  # noqa: E402
+from eagle_probe.analysis.batch_buckets import LABELS as BATCH_BUCKETS  # noqa: E402
+from eagle_probe.analysis.findings import (  # noqa: E402
+    DRAFT_VOCAB_COVERAGE_LOW,
+    MISMATCH_CODES,
+    SPECULATION_SLOWER_THAN_PLAIN,
+)
 from eagle_probe.analysis.fingerprints import RMS_SPREAD_TOLERANCE  # noqa: E402  (one source each)
 from eagle_probe.analysis.slices import DIMENSIONS, REQUEST_DIMENSIONS  # noqa: E402
+from eagle_probe.analysis.speculation_cost import MIN_STEPS as COST_MIN_STEPS  # noqa: E402
 from eagle_probe.analysis.vocab_coverage import LOW as COVERAGE_LOW  # noqa: E402
 from eagle_probe.analysis.vocab_coverage import MIN_TOKENS as COVERAGE_MIN_TOKENS  # noqa: E402
 from eagle_probe.analysis.vocab_coverage import Z as COVERAGE_Z  # noqa: E402
@@ -79,6 +89,7 @@ RI = "$__rate_interval"
 
 COLLAPSE_THRESHOLD = 0.3  # position-0 acceptance rate; healthy EAGLE-3 drafts accept 0.6-0.9 at position 0
 COVERAGE_WINDOW = "15m"  # sampled verified tokens counted by the coverage alert (MIN_TOKENS of them at least)
+SLOWER_FOR = "15m"  # the speed-up's upper bound under 1 this long (it moves once per summary interval, since start)
 
 
 def query(expr, legend="", ref="A", instant=False, fmt=PromQueryFormat.TIME_SERIES):
@@ -88,7 +99,7 @@ def query(expr, legend="", ref="A", instant=False, fmt=PromQueryFormat.TIME_SERI
 
 
 def timeseries_panel(pid, title, description, queries, width=12, unit="short", stack=False, bars=False,
-                     soft_range=None):
+                     soft_range=None, red_below=None):
     p = (timeseries.Panel().id(pid).title(title).description(description).datasource(DS).span(width).height(8)
          .unit(unit).targets(queries)
          .draw_style(GraphDrawStyle.BARS if bars else GraphDrawStyle.LINE).line_width(1)
@@ -99,6 +110,10 @@ def timeseries_panel(pid, title, description, queries, width=12, unit="short", s
          .tooltip(common.VizTooltipOptions().mode(TooltipDisplayMode.MULTI).sort(SortOrder.DESCENDING)))
     if soft_range:
         p = p.axis_soft_min(soft_range[0]).axis_soft_max(soft_range[1])
+    if red_below is not None:  # a line at the value, the area under it red
+        p = (p.thresholds(ThresholdsConfig().mode(ThresholdsMode.ABSOLUTE).steps([
+                 Threshold(value=None, color="red"), Threshold(value=red_below, color="green")]))
+             .thresholds_style(common.GraphThresholdsStyleConfig().mode(GraphThresholdsStyleMode.LINE_AND_AREA)))
     return p
 
 
@@ -155,6 +170,7 @@ def with_panels(board):
                "verify steps {{instance}} tp{{tp_rank}}", "B")], unit="ops"))
 
     board = with_depth_panels(board)
+    board = with_cost_panels(board)
     board = with_slice_panels(board)
     board = with_vocabulary_panels(board)
 
@@ -275,6 +291,46 @@ def with_depth_panels(board):
     return board
 
 
+def with_cost_panels(board):
+    """Does speculation pay? The probe's estimate per batch-size bucket and the phase costs behind it (its step timer,
+    runtime/parts/costs.py). An instance's tp ranks time the same steps: the speed-up is the highest of their
+    estimates (the alert fires when every rank's upper bound is under 1), the phase seconds and steps are summed."""
+    seconds = f"rate(eagle_probe_spec_phase_seconds_total{{{SEL}}}[{RI}])"
+    steps = f"rate(eagle_probe_spec_timed_steps_total{{{SEL}}}[{RI}])"
+    board = board.with_row(Row("Does speculation pay?").id(107))
+    board = board.with_panel(timeseries_panel(
+        22, "Estimated speed-up over plain decoding by batch size",
+        "Estimated speed-up of speculation over plain decoding at each batch-size bucket (requests in the decode "
+        f"step: {', '.join(BATCH_BUCKETS)}): tokens per step (from the acceptance per draft position) x a plain "
+        "step's time / a speculative step's time, from the probe's step timer (EAGLE_PROBE_PHASE_TIMING, on by "
+        "default) and its acceptance counts since the process started, set once per summary interval "
+        "(eagle_probe_spec_estimated_speedup); the upper bound is the estimate plus two standard errors "
+        "(eagle_probe_spec_estimated_speedup_upper). Per instance, the highest of its tp ranks' estimates (they time "
+        "the same steps). Under 1 (red) speculation costs more than it saves at that batch size; an upper bound "
+        "under 1 is beyond the uncertainty, the EagleProbeSpeculationSlowerThanPlain alert. A bucket appears once "
+        f"it has {COST_MIN_STEPS} timed steps and a timed target forward to estimate a plain step from. "
+        "`eagle-probe advise LOG_DIR` prints the estimate with the best depth per batch size, and `--write FILE` "
+        "the adaptive config (--speculative-adaptive --speculative-adaptive-config FILE).",
+        [query(f"max by (instance, batch_bucket) (eagle_probe_spec_estimated_speedup{{{SEL}}})",
+               "{{batch_bucket}} {{instance}}", "A"),
+         query(f"max by (instance, batch_bucket) (eagle_probe_spec_estimated_speedup_upper{{{SEL}}})",
+               "upper bound {{batch_bucket}} {{instance}}", "B")],
+        unit="none", soft_range=(0, 2), red_below=1))
+    return board.with_panel(timeseries_panel(
+        23, "Mean phase time per step by batch size",
+        "Seconds per timed speculative decode step spent in each phase, by batch-size bucket: "
+        "rate(eagle_probe_spec_phase_seconds_total) / rate(eagle_probe_spec_timed_steps_total) of the same bucket, "
+        "per instance (its tp ranks summed: they time the same steps). draft: all the draft's steps; verify: the "
+        "target's verify forward; extend: the draft extend after it; step: the worker's whole step (the others and "
+        "what runs between them). From the probe's step timer, on the clock its start-up statement names (wall "
+        "clock on the CPU, CUDA events on a GPU, never waiting for the device). These are the costs behind the "
+        "speed-up estimate; `eagle-probe advise LOG_DIR` prints them with the break-even accept length and the "
+        "recommended depth.",
+        [query(f"sum by (instance, batch_bucket, phase) ({seconds})"
+               f" / on (instance, batch_bucket) group_left () (sum by (instance, batch_bucket) ({steps}) > 0)",
+               "{{phase}} {{batch_bucket}} {{instance}}")], unit="s"))
+
+
 def slice_rate_query(dimension):
     """Per-position acceptance rate in each slice of one dimension: rate(accepted at k in the slice) / rate(drafts in
     the slice), slices that saw no drafts in the window left out (their series exist at zero from the first flush).
@@ -376,8 +432,9 @@ def slice_var():
 
 def dashboard():
     board = (Dashboard("eagle-probe: EAGLE-3 speculative decoding").uid(UID)
-             .description("SGLang EAGLE-3 serving seen by eagle-probe: acceptance, captured layers per rank, shapes, "
-                          "forward paths, findings. Generated by dashboards/generate.py; do not edit by hand.")
+             .description("SGLang EAGLE-3 serving seen by eagle-probe: acceptance, draft depth, whether speculation "
+                          "pays, captured layers per rank, shapes, forward paths, findings. Generated by "
+                          "dashboards/generate.py; do not edit by hand.")
              .tags(["sglang", "eagle3", "speculative-decoding", "eagle-probe"]).editable()
              .tooltip(DashboardCursorSync.CROSSHAIR).time("now-1h", "now").refresh("30s").timezone("browser")
              .variables(variables())
@@ -431,6 +488,9 @@ def alerts():
     outside = f'sum by (instance, tp_rank) (increase({vocab}{{in_vocab="false"}}[{window}]))'
     verified = f"sum by (instance, tp_rank) (increase({vocab}[{window}]))"
     coverage_bound = f"({inside}\n+ {COVERAGE_Z:g} * sqrt({inside} * {outside}\n/ {verified}))\n/ {verified}"
+    # The speed-up's upper bound (estimate + 2 standard errors) per batch-size bucket; an instance's tp ranks time the
+    # same steps, so the highest of theirs: the alert fires when every rank's bound is under 1.
+    upper = "max by (instance, batch_bucket) (eagle_probe_spec_estimated_speedup_upper)"
     return [
         dict(alert="EagleProbeAcceptanceCollapse",
              expr=f"({pos0}) < {COLLAPSE_THRESHOLD}\nand on (instance, tp_rank)\n({drafts}) > 0",
@@ -479,6 +539,18 @@ def alerts():
                          "coverage) for any draft: ship the d2t map the training wrote (draft_vocab_map_missing), or "
                          "rebuild the hot vocabulary from traffic like the served one. `eagle-probe summarize` names "
                          f"it ({DRAFT_VOCAB_COVERAGE_LOW})."),
+        dict(alert="EagleProbeSpeculationSlowerThanPlain", expr=f"{upper} < 1", signal=upper,
+             **{"for": SLOWER_FOR}, severity="warning",
+             summary="Speculation slower than plain decoding at batch size {{ $labels.batch_bucket }} on "
+                     "{{ $labels.instance }}",
+             description="At batch sizes {{ $labels.batch_bucket }} speculation is estimated slower than plain "
+                         "decoding beyond its uncertainty: the estimated speed-up plus two standard errors is "
+                         f"{{{{ printf \"%.2f\" $value }}}} (under 1) on every tp rank, for {SLOWER_FOR} (the "
+                         "probe's step timer and acceptance since the process started). Run `eagle-probe advise "
+                         "LOG_DIR --write FILE` on the probe's logs and serve with `--speculative-adaptive "
+                         "--speculative-adaptive-config FILE` (the best depth at each batch size, none where no depth "
+                         "pays), or turn speculation off for that batch size. `eagle-probe summarize` names the step "
+                         f"times behind it ({SPECULATION_SLOWER_THAN_PLAIN})."),
         dict(alert="EagleProbeInternalErrors", expr=f"{errors} > 0", signal=errors, **{"for": "0m"}, severity="warning",
              summary="eagle-probe internal errors at {{ $labels.where }} on {{ $labels.instance }}",
              description="{{ $value }} exceptions inside the probe at {{ $labels.where }} (never raised into SGLang; "
