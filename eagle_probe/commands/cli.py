@@ -1,5 +1,5 @@
-"""The eagle-probe command line: run, doctor, summarize, bootstrap-path; replay, parity, consistency and the others
-register their own subcommands."""
+"""The eagle-probe command line: run, doctor, summarize, bootstrap-path; replay, parity, consistency, advise and the
+others register their own subcommands."""
 
 import argparse
 import os
@@ -241,6 +241,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_reference_parser(sub)
     from .replay import add_parser as add_replay_parser  # torch is imported only when replay runs
     add_replay_parser(sub)
+    from .advise import add_parser as add_advise_parser
+    add_advise_parser(sub)
 
     summ = sub.add_parser("summarize", help="summarise the probe's JSON logs of all ranks")
     summ.add_argument("paths", nargs="*", help="log files or directories (default: stdin); one directory per node "

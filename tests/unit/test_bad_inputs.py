@@ -17,6 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from eagle_probe.analysis import batch_buckets
 from eagle_probe.commands.cli import main
 from eagle_probe.commands.summarize import fields, logread
 from eagle_probe.commands.summarize.html_report import render_html
@@ -549,6 +550,9 @@ SLOT = st.fixed_dictionaries({"slot": st.integers(), "capture_index": st.integer
                               "label": TEXT})
 MIX_ROW = st.fixed_dictionaries({"path": TEXT}, optional={"role": st.none() | TEXT, "mode": st.none() | TEXT,
                                                           "tbo": st.none() | st.booleans(), "count": NUMBERS})
+# A costs row: small counts (a bucket estimated) or any numbers; per-position request-steps.
+COST_ROW = st.lists(st.integers(0, 200) | NUMBERS, max_size=12)
+POSITION_COUNTS = st.lists(st.integers(0, 200) | st.integers(-10**30, 10**30), max_size=4)
 # For each type in fields.py, values of that type: what passes the checks must render.
 OF_TYPE = {
     fields.STR: TEXT, fields.STR_OR_ABSENT: TEXT, fields.OPT_STR: st.none() | TEXT,
@@ -567,6 +571,13 @@ OF_TYPE = {
     fields.OPT_BUCKET_COUNTS: st.none() | st.dictionaries(TEXT, st.integers(-10**30, 10**30), max_size=3),
     fields.OPT_LAUNCH: st.none() | st.fixed_dictionaries({"id": TEXT, "args": st.dictionaries(
         TEXT, st.none() | TEXT | st.integers(-10**30, 10**30) | st.booleans(), max_size=3)}),
+    fields.OPT_COST_STEPS: st.none() | st.dictionaries(st.sampled_from(batch_buckets.LABELS) | TEXT, st.dictionaries(
+        st.integers(0, 999).map(str), COST_ROW, max_size=3), max_size=3),
+    fields.OPT_COST_FORWARDS: st.none() | st.dictionaries(TEXT, COST_ROW, max_size=3),
+    fields.OPT_SURVIVAL: st.none() | st.dictionaries(st.sampled_from(("all", "greedy", "sampled")) | TEXT,
+                                                     st.fixed_dictionaries({}, optional={
+                                                         "accepted": st.none() | POSITION_COUNTS,
+                                                         "drafted": st.none() | POSITION_COUNTS}), max_size=3),
 }
 
 

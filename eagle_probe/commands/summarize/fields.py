@@ -109,6 +109,40 @@ OPT_SIGNATURE = (_optional(lambda v: isinstance(v, list) and len(v) <= MAX_POSIT
                            and all(_int(x) or isinstance(x, float) for x in v)),
                  f"a list of at most {MAX_POSITIONS} numbers, or null")
 
+_DEPTH_KEY = re.compile(r"[0-9]{1,3}")  # draft steps; int() reads them, as the estimate does
+MAX_COUNTS = 16  # numbers in one costs row: speculation_cost.STEP_FIELDS or FIT_FIELDS, with room for a later layout's
+
+
+def _counts(v) -> bool:
+    return isinstance(v, list) and len(v) <= MAX_COUNTS and all(_number(x) for x in v)
+
+
+def _cost_steps(v) -> bool:
+    """{batch bucket: {depth: [steps, batch_sum, seconds ...]}}: the estimate adds them up and divides."""
+    return isinstance(v, dict) and len(v) <= 64 and all(
+        _str(b) and isinstance(d, dict) and len(d) <= 64 and all(_DEPTH_KEY.fullmatch(k) and _counts(r)
+                                                                  for k, r in d.items()) for b, d in v.items())
+
+
+def _position_counts(v) -> bool:
+    return v is None or v is ABSENT or (isinstance(v, list) and len(v) <= MAX_POSITIONS and all(_int(x) for x in v))
+
+
+def _survival(v) -> bool:
+    """{traffic class: {accepted: [...], drafted: [...]}}: request-steps per draft position."""
+    return isinstance(v, dict) and len(v) <= 16 and all(
+        _str(name) and isinstance(c, dict) and all(_position_counts(c.get(k, ABSENT)) for k in ("accepted", "drafted"))
+        for name, c in v.items())
+
+
+OPT_COST_STEPS = (_optional(_cost_steps), "an object of batch buckets to objects of depths ('0', '1', ...) to lists "
+                  f"of at most {MAX_COUNTS} finite numbers, or null")
+OPT_COST_FORWARDS = (_optional(lambda v: isinstance(v, dict) and len(v) <= 1024 and all(
+    _str(k) and _counts(r) for k, r in v.items())), f"an object of forward keys to lists of at most {MAX_COUNTS} "
+    "finite numbers, or null")
+OPT_SURVIVAL = (_optional(_survival), f"an object of traffic classes to {{accepted, drafted}}: lists of at most "
+                f"{MAX_POSITIONS} integers, or null")
+
 OPT_LAUNCH = (_optional(lambda v: isinstance(v, dict) and _str(v.get("id")) and isinstance(v.get("args", {}), dict)),
               "an object with a string id and an object of args, or null")
 
@@ -142,6 +176,8 @@ BY_EVENT = {
                          "d2t_size": OPT_INT},
     names.DRAFT_FORWARD: {"mode": OPT_STR, "aux_width": OPT_INT, "fc_in": OPT_INT, "fc_ran": OPT_BOOL},
     names.DUMP_WRITTEN: {"path": OPT_STR},
+    names.SPEC_COSTS: {"source": OPT_STR, "topk": OPT_INT, "steps": OPT_COST_STEPS, "forwards": OPT_COST_FORWARDS,
+                       "acceptance": OPT_SURVIVAL},
     names.AUX_FINGERPRINT: {
         "role": OPT_STR, "slot": OPT_INT, "step": OPT_INT, "tokens": OPT_INT, "rms": OPT_ANY_NUMBER,
         "absmax": OPT_ANY_NUMBER, "nonfinite": OPT_INT, "label": OPT_STR, "signature": OPT_SIGNATURE},

@@ -226,6 +226,20 @@ def _training_section(training: dict) -> list:
     return out
 
 
+def _speculation_section(section: dict | None) -> list[str]:
+    """Does speculation pay? Each batch-size bucket's estimate (summarize/speculation.py, as `advise` reads it)."""
+    if not section:
+        return []
+    rows = [(b["bucket"], b["steps"], b["served_depth"], _num(b["estimated_speedup"], 2), _num(b["uncertainty"], 2),
+             _num(b["break_even_accept_length"], 2), _num(b["tokens_per_step"], 2), _num(b["recommended_num_steps"]),
+             _num(b["plain_step_seconds"], 4), b["why"] or "") for b in section["buckets"]]
+    return [f"<h2>Does speculation pay?</h2><p>eagle_probe.spec.costs of {_e(section['runs'])} process(es), clock "
+            f"{_e(section['source'])}; <code>eagle-probe advise</code> prints the phase costs and writes the adaptive "
+            f"config.</p>",
+            _table(("batch size", "steps", "served depth", "speed-up", "±", "break-even accept length",
+                    "tokens per step", "best depth", "plain step s", "not estimated because"), rows, "speculation")]
+
+
 def _nodes_section(nodes: dict | None, notes: list[str]) -> list[str]:
     """Ranks by node and what differs across nodes (summarize/nodes.py), when the logs hold several nodes."""
     if not nodes or (len(nodes["nodes"]) < 2 and not notes):
@@ -248,6 +262,7 @@ def render_html(report: dict, title: str = "eagle-probe report") -> str:
     parts += _acceptance_section(report)
     parts += _coverage_section(report.get("draft_vocab_coverage") or {})
     parts += _training_section(report.get("training") or {})
+    parts += _speculation_section(report.get("speculation"))
     parts += _values_section(report.get("values") or {})
     for r in report["ranks"]:
         parts += _rank_section(r)

@@ -16,6 +16,7 @@ from .coverage import coverage_section
 from .nodes import nodes_section
 from .nodes import notices as node_notices
 from .slices import slices_section
+from .speculation import speculation_findings, speculation_section
 from .text_report import input_lines as input_lines
 from .text_report import render_text as render_text
 from .training import find_accuracy, training_section
@@ -106,7 +107,9 @@ def build_report(events: list, input_stats=None, draft_accuracy=None, draft_max_
     found = _add_derived_findings(report, raw, found, report["acceptance_slices"]["findings"])
     causes = causes_section(events, report, draft_max_length)
     report["causes"] = {k: v for k, v in causes.items() if k != "findings"}
-    _add_derived_findings(report, raw, found, causes["findings"])
+    found = _add_derived_findings(report, raw, found, causes["findings"])
+    report["speculation"] = speculation_section(events)  # not a cause of acceptance: read after the causes
+    _add_derived_findings(report, raw, found, speculation_findings(report["speculation"]))
     inputs = inputs or []
     report["nodes"] = nodes_section(ranks, inputs)
     report["node_notices"] = node_notices(inputs)

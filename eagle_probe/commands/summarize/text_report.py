@@ -1,10 +1,11 @@
 """`eagle-probe summarize`'s text report: report.build_report's dict drawn as lines, one block per rank, then the
-sections that span ranks (training, slices, values) and what was read."""
+sections that span ranks (training, slices, speculation, values) and what was read."""
 
 from .acceptance import render_acceptance_text
 from .coverage import render_coverage_line
 from .nodes import render_nodes_text
 from .slices import render_slices_text
+from .speculation import render_speculation_text
 from .training import render_training_text
 from .values import render_values_text
 
@@ -22,6 +23,7 @@ def render_text(report: dict) -> str:
         out += _rank_lines(rank, report)
     out += render_training_text(report["training"]) if report.get("training") else []
     out += render_slices_text(report["acceptance_slices"]) if report.get("acceptance_slices") else []
+    out += render_speculation_text(report.get("speculation"))
     out += render_values_text(report["values"])
     out += input_lines(report.get("input"))
     return "\n".join(out)
