@@ -220,7 +220,9 @@ def buckets_of(steps: Mapping[str, Mapping[str, Sequence[float]]]) -> list[Bucke
     out = []
     for label in batch_buckets.LABELS:
         depths = steps.get(label) or {}
-        bucket = BucketCosts(label, {int(d): DepthRow.of(int(d), v) for d, v in depths.items()})
+        rows = (DepthRow.of(int(d), v) for d, v in depths.items())
+        # a row of periods alone (its steps were not timed) carries no step to divide by
+        bucket = BucketCosts(label, {row.depth: row for row in rows if row.steps > 0})
         if bucket.steps:
             out.append(bucket)
     return out
@@ -233,16 +235,18 @@ class Plain:
     source: str
 
 
-def plain_step(bucket: BucketCosts, forwards: Mapping, fit: ForwardFit | None) -> Plain | None:
+def plain_step(bucket: BucketCosts, forwards: Mapping, fit: ForwardFit | None) -> Plain | str:
+    """The plain step's time, or why there is none."""
     measured = _width_one_seconds(forwards, bucket.label)
     if measured is not None:
         return Plain(measured[0], measured[1], f"width-1 target forwards ({measured[2]}; an upper bound)")
     if fit is None:
-        return None
+        return "no timed target forward to estimate a plain step from"
     batch = bucket.mean_batch
     seconds = fit.seconds(batch, batch)
     if seconds <= 0:
-        return None
+        return (f"the fit of the target's forwards gives no positive time at {batch:.3g} requests (its forwards vary "
+                f"too little, or too noisily)")
     how = "requests and tokens rose together: a plain forward taken as long as a forward of the same batch, an " \
         "upper bound" if fit.collinear else f"fit of seconds on requests and tokens over {fit.n} target forwards"
     return Plain(seconds, fit.error(batch, batch), f"cost model ({how})")
@@ -342,8 +346,8 @@ def bucket_estimate(bucket: BucketCosts, costs: Mapping, fit: ForwardFit | None)
     if bucket.steps < MIN_STEPS:
         return {**out, "estimated": False, "why": f"{bucket.steps} timed steps, fewer than {MIN_STEPS}"}
     plain = plain_step(bucket, costs.get("forwards") or {}, fit)
-    if plain is None:
-        return {**out, "estimated": False, "why": "no timed target forward to estimate a plain step from"}
+    if isinstance(plain, str):
+        return {**out, "estimated": False, "why": plain}
     model = step_model(bucket, fit)
     classes = {}
     for name in CLASSES:
@@ -475,10 +479,20 @@ def _depth_off(bucket: dict) -> Finding | None:
 
 
 def adaptive_config(report: Mapping) -> dict:
-    """SGLang's --speculative-adaptive-config: for each estimated bucket, its lower bound as the key and the
-    recommended depth as its one candidate (0: no drafting there)."""
-    out = {}
-    for bucket in report.get("buckets") or ():
-        if bucket.get("estimated"):
-            out[str(bucket["batch_size"][0])] = {"candidate_steps": [int(bucket["recommended_num_steps"])]}
-    return out
+    """SGLang's --speculative-adaptive-config: for each bucket served, its lower bound as the key and one candidate:
+    the recommended depth where estimated (0: no drafting there), else the depth it was served at (SGLang sends a
+    batch size to the largest key at or below it, so a bucket left out would take its neighbour's advice). Empty
+    when no bucket was estimated."""
+    buckets = [b for b in report.get("buckets") or () if b.get("steps")]
+    if not any(b.get("estimated") for b in buckets):
+        return {}
+    return {str(b["batch_size"][0]): {"candidate_steps": [int(b["recommended_num_steps"] if b.get("estimated")
+                                                               else b["served_depth"])]} for b in buckets}
+
+
+def launch_args(config: Mapping, path: str) -> list[str]:
+    """What SGLang is launched with to serve `config` from `path`: adaptive on, and a start depth among the
+    candidates (SGLang refuses a --speculative-num-steps outside them; it sets the draft tokens to steps + 1)."""
+    first = config[min(config, key=int)]["candidate_steps"][0]
+    return ["--speculative-adaptive", "--speculative-adaptive-config", path, "--speculative-num-steps", str(first),
+            "--speculative-eagle-topk", "1"]

@@ -98,6 +98,7 @@ def render(result: dict) -> str:
     if result["adaptive_config"]:
         out.append("adaptive config (--speculative-adaptive-config FILE; one candidate per batch-size key, 0: no "
                    "drafting): " + json.dumps(result["adaptive_config"]))
+        out.append("launch SGLang with: " + " ".join(result["launch_args"]))
     if result.get("written"):
         out.append(f"written to {result['written']}")
     return "\n".join(out)

@@ -102,7 +102,7 @@ def advice(events: Iterable[Mapping]) -> dict:
     counted = sorted((e for e in costs if attention_tp_rank(e) in (0, None)), key=_rank_key)
     out = {"source": None, "topk": None, "runs": len(counted), "tp_ranks_left_out": len(costs) - len(counted),
            "processes": [{k: e.get(k) for k in PROCESS_FIELDS} for e in counted], "fit": None, "buckets": [],
-           "findings": [], "adaptive_config": {}, "notes": [], "forwards_of_another_version": []}
+           "findings": [], "adaptive_config": {}, "launch_args": [], "notes": [], "forwards_of_another_version": []}
     if not counted:
         return out
     readable, out["forwards_of_another_version"] = _readable_forwards(counted)
@@ -117,7 +117,7 @@ def advice(events: Iterable[Mapping]) -> dict:
     config = speculation_cost.adaptive_config(report)
     out.update(source=report["source"], topk=report["topk"], fit=report.get("fit"),
                buckets=[_bucket(b) for b in report["buckets"]], findings=[finding_dict(f) for f in found],
-               adaptive_config=config)
+               adaptive_config=config, launch_args=speculation_cost.launch_args(config, "FILE") if config else [])
     out["notes"] += routing_notes(report["buckets"], config) + adaptive_mode_notes(counted, config)
     if uncounted:
         out["notes"].append(f"{uncounted} (batch size, depth) row(s) held periods but no counted step (the timer "
@@ -140,11 +140,9 @@ def routing_notes(buckets: list, config: Mapping) -> list[str]:
         notes.append(f"batch sizes 1-{keys[0] - 1} have no estimate, but SGLang serves them by the lowest key "
                      f"\"{keys[0]}\": at {_depth(config, keys[0])} draft steps")
     for bucket in buckets:
-        lo = bucket["batch_size"][0]
-        if not bucket.get("estimated") and lo > keys[0]:
-            key = max(k for k in keys if k <= lo)
-            notes.append(f"batch size {bucket['bucket']} ({bucket['why']}) falls under key \"{key}\": served at "
-                         f"{_depth(config, key)} draft steps without an estimate of its own")
+        if not bucket.get("estimated") and str(bucket["batch_size"][0]) in config:
+            notes.append(f"batch size {bucket['bucket']} ({bucket['why']}): kept at the depth it was served, "
+                         f"{_depth(config, bucket['batch_size'][0])} draft steps")
     return notes
 
 

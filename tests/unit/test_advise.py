@@ -176,7 +176,8 @@ def test_write_gives_a_config_sglang_reads(tmp_path, capsys):
     assert all(key.isdigit() for key in written)
     assert all(isinstance(s, int) and s >= 0 for entry in written.values() for s in entry["candidate_steps"])
     _, entries = _load_adaptive_config(str(target))  # SGLang 0.5.23's own parser
-    assert sorted(entries) == [1, 16] and entries[16]["candidate_steps"] == [0]
+    assert sorted(entries) == [1, 8, 16] and entries[16]["candidate_steps"] == [0]
+    assert entries[8]["candidate_steps"] == [3]  # not estimated: kept at the depth it was served
     assert target.read_text().startswith('{\n  "1"')  # indent 2
 
 
@@ -277,12 +278,16 @@ def test_a_costs_line_of_the_wrong_type_is_skipped_not_a_crash(tmp_path, capsys)
 
 
 def test_notes_say_where_the_config_serves_batch_sizes_without_an_estimate(tmp_path, capsys):
-    """SGLang routes a batch size below every key to the lowest key: 1-15 would be served at 16-31's depth."""
+    """A bucket served but not estimated keeps the depth it was served at (left out, SGLang would serve it by its
+    neighbour's key); the note says so. Batch sizes below every key go to the lowest (none here: "1" is written)."""
     few = json.loads(costs_line())
     few["steps"]["1"] = {"3": step_row(5, 1, FAST_PERIOD_S)}
     _, result, _ = advise_json(capsys, log_dir(tmp_path, [json.dumps(few)]))
-    assert sorted(result["adaptive_config"]) == ["16"]
-    assert any("1-15" in note and '"16"' in note for note in result["notes"])
+    assert sorted(result["adaptive_config"], key=int) == ["1", "8", "16"]
+    assert result["adaptive_config"]["1"] == {"candidate_steps": [3]}
+    assert any(note.startswith("batch size 1 (") and "kept at the depth it was served, 3" in note
+               for note in result["notes"])
+    assert result["launch_args"][-4:] == ["--speculative-num-steps", "3", "--speculative-eagle-topk", "1"]
 
 
 def test_notes_say_when_sglang_would_not_serve_the_config(tmp_path, capsys):
