@@ -103,7 +103,8 @@ CATALOGUE = {
         "each and squared",
         "acceptance: all, greedy, sampled -> accepted and drafted request-steps per draft position",
         "estimate: per bucket, estimated_speedup, uncertainty, break_even_accept_length, recommended_num_steps, "
-        "plain_step_seconds and plain_source, phase_seconds", "dropped: steps not timed (the queue was full)")),
+        "plain_step_seconds and plain_source, phase_seconds", "dropped: steps not timed (the queue was full)",
+        "first_calls: first steps, periods and forwards of each shape, left out (once-only work)")),
     ACCEPTANCE_SLICES: Event("every `EAGLE_PROBE_SUMMARY_INTERVAL_S` while verify steps run, and at exit", (
         "role: target (a scheduler's verify steps), or http_server (SGLang's HTTP server process: finished requests "
         "by entry point and custom label)", "positions",

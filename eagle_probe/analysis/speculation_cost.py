@@ -427,7 +427,10 @@ def findings(report: Mapping) -> list[Finding]:
     for bucket in report.get("buckets") or ():
         if not bucket.get("estimated"):
             continue
+        everything = bucket["classes"]["all"]["request_steps"]
         for name, cls in bucket["classes"].items():
+            if name != "all" and cls["request_steps"] == everything:
+                continue  # all the traffic is of this class: the finding on all of it says it
             error = cls["uncertainty"]
             if error is not None and cls["estimated_speedup"] + 2 * error < 1:
                 out.append(_slower(bucket, name, cls, report.get("source")))

@@ -181,27 +181,34 @@ def _step(timer, clock, batch, draft, verify, extend, depth=2):
 def test_the_step_timer_counts_phases_periods_and_forwards():
     clock = SetClock()
     timer = StepTimer(clock)
-    _step(timer, clock, 1, 0.002, 0.005, 0.001)
-    _step(timer, clock, 1, 0.002, 0.005, 0.001)
+    _step(timer, clock, 1, 1.0, 1.0, 1.0)  # the first step of its shape: once-only work, left out
+    for _ in range(3):
+        _step(timer, clock, 1, 0.002, 0.005, 0.001)
     timer.interrupt()  # a prefill: the next step does not follow
-    _step(timer, clock, 6, 0.004, 0.010, 0.002, depth=0)
-    forward = timer.forward_begin("TARGET_VERIFY", 18, 6)
-    clock.now += 0.008
-    timer.forward_end(forward)
+    for _ in range(2):
+        _step(timer, clock, 6, 0.004, 0.010, 0.002, depth=0)
+    for seconds in (0.5, 0.008):  # the first forward of its key is left out
+        forward = timer.forward_begin("TARGET_VERIFY", 18, 6)
+        clock.now += seconds
+        timer.forward_end(forward)
     timer.resolve()
     counts = timer.snapshot()
     one = counts["steps"]["1"]["2"]
-    assert one[:2] == [2, 2] and one[2:5] == pytest.approx([0.004, 0.010, 0.002])
-    assert one[6] == 1  # one period: the second step followed the first, the third followed a prefill
-    assert counts["steps"]["4-7"]["0"][:2] == [1, 6]
+    assert one[:2] == [3, 3] and one[2:5] == pytest.approx([0.006, 0.015, 0.003])
+    # periods: after the first step (left out with it), after the second and third; none after the prefill
+    assert one[6] == 2 and one[7] > 0  # periods are read on the host clock
+    six = counts["steps"]["4-7"]["0"]
+    assert six[:2] == [1, 6] and six[6] == 0  # its first step and the period after it are left out
     assert counts["forwards"] == {"TARGET_VERIFY:3:4-7": pytest.approx(
         [1, 6, 18, 36, 108, 324, 0.008, 0.008 * 6, 0.008 * 18, 0.008 ** 2])}
+    assert counts["first_calls"] == 5  # two steps, two periods, one forward
 
 
 def test_nothing_is_read_before_its_mark_is_done():
     clock = SetClock()
-    clock.done = -1.0  # nothing done yet
     timer = StepTimer(clock)
+    _step(timer, clock, 1, 0.002, 0.005, 0.001)  # the shape's first step, left out
+    clock.done = clock.now - 1  # nothing from here on is done yet
     _step(timer, clock, 1, 0.002, 0.005, 0.001)
     assert timer.snapshot()["steps"] == {}
     clock.done = float("inf")
