@@ -168,6 +168,7 @@ WORKER_STEP_HOOK = "EAGLEWorkerV2.forward_batch_generation"
 WORKER_DRAFT_HOOK = "EagleDraftWorker.draft"
 WORKER_VERIFY_HOOK = "EAGLEWorkerV2.verify"
 WORKER_DECODE_HOOK = "EagleDraftWorker._draft_extend_for_decode"  # (batch, batch_result, ...)
+WORKER_HOOKS = (WORKER_PREFILL_HOOK, WORKER_DECODE_HOOK, WORKER_STEP_HOOK, WORKER_DRAFT_HOOK, WORKER_VERIFY_HOOK)
 # SGLang's HTTP server process (runtime/integrations/request_classes.py): where a request arrives (its route and
 # custom labels) and where its last output hands over its histogram of accepted drafts per verify step.
 TOKENIZER_MODULE = "sglang.srt.managers.tokenizer_manager"
@@ -442,8 +443,7 @@ def version_specific_targets() -> dict[str, list[VersionRules]]:
         names = [h.target for h in rules.acceptance] + list(rules.graph_setup_callers)
         names += [f"{DEEPSEEK_V2}.{rules.tbo_helper}", f"{rules.capture_flag_module}.get_is_capture_mode"]
         if rules.worker_boundary:
-            names += [f"{WORKER_MODULE}.{hook}" for hook in (WORKER_PREFILL_HOOK, WORKER_DECODE_HOOK, WORKER_STEP_HOOK,
-                                                             WORKER_DRAFT_HOOK, WORKER_VERIFY_HOOK)]
+            names += [f"{WORKER_MODULE}.{hook}" for hook in WORKER_HOOKS]
         if rules.graph_entries:
             names += [f"{module}.{qualname}" for module, qualname, _ in GRAPH_ENTRIES]
         if rules.request_classes:

@@ -17,7 +17,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from eagle_probe.analysis import batch_buckets
 from eagle_probe.runtime.install import SIGTERM_FLUSH_TIMEOUT_S
+from eagle_probe.runtime.parts.costs import PHASES
 from sglang_cpu import probe_state
 from sglang_cpu.draft_models import build_case, map_draft, map_target, simulate_chain
 from sglang_cpu.server import STOP_GRACE_S
@@ -41,8 +43,11 @@ RSS_MARGIN_MB = 64  # asserted bound on (with probe - without), scheduler RSS af
 NUM_STEPS = 2  # the chain's draft depth
 BOUNDED_QUEUES = {"fingerprints.pending": 4}  # containers that may hold a few items in flight, never more
 # containers keyed by what a verify step can be, filled as the traffic shows each: acceptance counts per
-# (depth, accepted), accepted 0..NUM_STEPS at the one depth served
-BOUNDED_BY_SHAPE = {"acceptance.counts": NUM_STEPS + 1}
+# (depth, accepted), accepted 0..NUM_STEPS at the one depth served; the phase-time series per batch-size bucket
+# (batches of 1..CONCURRENCY requests) and phase (draft, verify, extend, the whole step)
+_BUCKETS = batch_buckets.bucket_of(CONCURRENCY) + 1
+BOUNDED_BY_SHAPE = {"acceptance.counts": NUM_STEPS + 1, "Costs._sent": _BUCKETS * (len(PHASES) + 1),
+                    "Costs._sent_steps": _BUCKETS, "Costs._speedups": _BUCKETS}
 
 
 def load_requests(seed=0):

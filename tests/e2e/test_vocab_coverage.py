@@ -27,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from eagle_probe.analysis import findings as finding_codes
 from sglang_cpu.draft_models import DOMAIN_PROMPTS, VOCAB_MISSING_DRAFT_VOCAB, build_case, simulate_chain
 
 from .conftest import SGLANG_WARMUP, metric_samples, probe_events, start_spec_server
@@ -224,11 +225,14 @@ def test_domain_coverage_counters_equal_the_share_of_served_tokens_in_the_draft_
 
 def test_domain_control_in_its_domain_is_silent(domain_run):
     """After the first phase (247 verified tokens, 240 in the draft's vocabulary, acceptance as trained) the probe has
-    logged no finding and summarize names none: no coverage finding, no vocabulary-map finding."""
+    logged no finding and summarize names none: no coverage finding, no vocabulary-map finding. (Whether speculation
+    pays is another question: on two CPU cores a tiny draft costs about what the tiny target does, and summarize may
+    rightly say it does not; tests/e2e/test_speculation_cost.py holds that estimate to measured throughput.)"""
     control = domain_run["control_dir"]
     assert not probe_events(control, "eagle_probe.finding")
     report = json.loads(_summarize(control, "--format", "json"))
-    assert report["findings"] == []
+    cost_codes = {finding_codes.SPECULATION_SLOWER_THAN_PLAIN, finding_codes.SPECULATION_DEPTH_OFF}
+    assert [f for f in report["findings"] if f["code"] not in cost_codes] == []
     section = report["draft_vocab_coverage"]
     assert (section["in_vocab"], section["verified_tokens"]) == domain_run["mid"]
     assert section["coverage"] == pytest.approx(240 / 247)

@@ -192,10 +192,10 @@ def test_targets_0_5_8_lacks_are_skipped_with_one_info_event_per_process(run):
     says so, so its skip is info (nothing is lost: 0.5.8's own resolver is wrapped) and names the release."""
     missing = ("sglang.srt.managers.scheduler_output_processor_mixin.SchedulerOutputProcessorMixin"
                "._resolve_spec_overlap_tokens")
-    # and the targets the table names for later releases (graph entries, the worker hand-off, the HTTP server's
-    # request hooks): absent in 0.5.8, or present with arguments of another shape, never wrapped here
+    # and the targets the table names for later releases (graph entries, the worker hand-off and phases, the HTTP
+    # server's request hooks): absent in 0.5.8, or present with arguments of another shape, never wrapped here
     later = {f"{module}.{qualname}" for module, qualname, _ in versions.GRAPH_ENTRIES} | {
-        f"{versions.WORKER_MODULE}.{hook}" for hook in (versions.WORKER_PREFILL_HOOK, versions.WORKER_DECODE_HOOK)} | {
+        f"{versions.WORKER_MODULE}.{hook}" for hook in versions.WORKER_HOOKS} | {
         f"{versions.TOKENIZER_MODULE}.{hook}" for hook in (versions.REQUEST_ARRIVAL_HOOK, versions.REQUEST_FINISH_HOOK)}
     skipped = _of(run, "eagle_probe.integration.skipped")
     targets = {s["target"] for s in skipped}
