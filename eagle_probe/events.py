@@ -127,7 +127,7 @@ CATALOGUE = {
     OBSERVABILITY: Event("once per process, at its first forward after graph set-up: what the probe sees here", (
         "settings: decode_graph, prefill_graph (the graph runner per phase, null: eager), torch_compile, "
         "overlap_schedule, dp_attention, inner_forward_replaced, inner_forward_wrapped, worker_boundary, timing (the "
-        "step timer's clock: wall_clock, cuda_events; null: none), read from "
+        "step timer's clock: wall_clock, cuda_events, sglang_device_timer; null: none), read from "
         "SGLang's model runner and server args",
         "observations: what, source, live, why (the reason it is not live)", "message")),
     SUMMARY: Event("every `EAGLE_PROBE_SUMMARY_INTERVAL_S` (checked on observations), and at exit", (

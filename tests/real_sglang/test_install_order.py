@@ -20,6 +20,7 @@ import sglang.srt.models.llama_eagle3  # the draft's module, as a speculative se
 import sglang.srt.models.kimi_k25_eagle3  # Kimi-K2.5's MLA draft's module (0.5.12+)
 import sglang.srt.model_executor.model_runner as mr
 import sglang.srt.models.registry  # every served model's module, as an earlier test in this process may have done
+import sglang.srt.speculative.eagle_worker_v2  # the EAGLE worker's module (likewise)
 print(json.dumps({"targets": eagle_probe.patched_targets(),
                   "forward_wrapped": hasattr(ds.DeepseekV2Model.__dict__["forward"], "__wrapped__"),
                   "load_model_wrapped": hasattr(mr.ModelRunner.__dict__["load_model"], "__wrapped__")}))
@@ -37,6 +38,7 @@ def test_install_before_and_after_import_patch_the_same_targets():
     import sglang.srt.models.kimi_k25_eagle3  # noqa: F401  (likewise)
     import sglang.srt.models.llama_eagle3  # noqa: F401  (imported by earlier tests or not: the same either way)
     import sglang.srt.models.registry  # noqa: F401  (likewise: both sides scan every served model's module)
+    import sglang.srt.speculative.eagle_worker_v2  # noqa: F401  (likewise)
 
     import sglang_cpu.runtime  # noqa: F401  (shims, then SGLang)
 

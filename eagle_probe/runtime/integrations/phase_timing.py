@@ -2,7 +2,8 @@
 (`EAGLEWorkerV2.forward_batch_generation` on a decode batch) and inside it the draft (`EagleDraftWorker.draft`, all
 its steps), the target's verify (`EAGLEWorkerV2.verify`) and the draft extend (`_draft_extend_for_decode`, through
 eagle_worker.py's wrapper); and, from runner_paths.py, the target's decode, verify and short prefill forwards
-(`ModelRunner.forward`), the points of its cost fit.
+(`ModelRunner.forward`), the points of its cost fit; and SGLang's own DeviceTimer, whose intervals a CUDA worker
+reads instead of its own events where SGLang runs it (SGLANG_ENABLE_METRICS_DEVICE_TIMER=1).
 
 Each wrapper makes clock marks only (a host time, or a CUDA event recorded on the current stream); nothing reads the
 device here. The step's depth is read after it ran (adaptive depth switches the worker's state inside it). A prefill
@@ -13,9 +14,12 @@ the v2 worker (worker_boundary) leave these unwrapped (rows_only).
 from ... import versions
 from ..patcher import Integration, PatchTarget
 from ..state import STATE
+from ..timing.device_timer import log_for
 from ..timing.steps import PHASE_MARKS
 
 WORKER_MODULE = versions.WORKER_MODULE
+DEVICE_TIMER_MODULE = "sglang.srt.utils.device_timer"
+DEVICE_TIMER_WRAP = f"{DEVICE_TIMER_MODULE}.DeviceTimer.wrap"
 TIMED_MODES = ("DECODE", "TARGET_VERIFY", "EXTEND")  # the target forwards of the cost fit
 MAX_EXTEND_TOKENS = 512  # longer prefills are left out of the fit: their attention grows with the prompt
 
@@ -115,6 +119,20 @@ def forward_end(mark) -> None:
         costs.timer.forward_end(mark)
 
 
+def device_timer_wrapper(wrapped, instance, args, kwargs):
+    """SGLang's DeviceTimer.wrap (one forward's interval): numbered as it starts, so that the step timer can read
+    SGLang's own device times between its marks (timing/device_timer.py). Wrapped from the process start: the first
+    call is the timer's first interval."""
+    if _costs() is not None:
+        try:
+            log = log_for(instance)
+            if log is not None:
+                log.start()
+        except Exception as exc:
+            STATE.report_error("phase_timing.device_timer", exc)
+    return wrapped(*args, **kwargs)
+
+
 INTEGRATION = Integration("phase_timing", (
     PatchTarget(WORKER_MODULE, versions.WORKER_STEP_HOOK, step_wrapper, rows_only=True,
                 observes="the cost of each speculative decode step, its period and the speed-up estimate"),
@@ -122,6 +140,8 @@ INTEGRATION = Integration("phase_timing", (
                 observes="the draft phase's time"),
     PatchTarget(WORKER_MODULE, versions.WORKER_VERIFY_HOOK, verify_wrapper, rows_only=True,
                 observes="the verify phase's time"),
+    PatchTarget(DEVICE_TIMER_MODULE, "DeviceTimer.wrap", device_timer_wrapper,
+                observes="SGLang's own device time of each forward, where its device timer runs"),
 ))
 # The draft extend (WORKER_DECODE_HOOK) is timed by the worker boundary's wrapper (eagle_worker.decode_wrapper), which
 # holds that target: one wrapper per method.

@@ -63,12 +63,18 @@ def settings(runner) -> dict:
 def _timing(runner) -> str | None:
     """The clock the step timer uses in this process (timing/clocks.py), None when phase timing is off or the
     worker's step is not wrapped."""
-    from ..timing.clocks import CUDA_EVENTS, WALL_CLOCK
+    from ..timing.clocks import CUDA_EVENTS, SGLANG_DEVICE_TIMER, WALL_CLOCK
+    from .phase_timing import DEVICE_TIMER_WRAP
 
-    step = f"{versions.WORKER_MODULE}.{versions.WORKER_STEP_HOOK}"
-    if STATE.recorder.config.phase_timing != "on" or step not in PATCHER.applied():
+    applied = PATCHER.applied()
+    if STATE.recorder.config.phase_timing != "on" or f"{versions.WORKER_MODULE}.{versions.WORKER_STEP_HOOK}" \
+            not in applied:
         return None
-    return CUDA_EVENTS if str(getattr(runner, "device", "")).startswith("cuda") else WALL_CLOCK
+    if not str(getattr(runner, "device", "")).startswith("cuda"):
+        return WALL_CLOCK
+    # SGLang's forward timer, where it runs and takes another reporter (the worker reads it, costs._forward_timer)
+    sglang_timer = callable(getattr(getattr(runner, "device_timer", None), "add_reporter", None))
+    return SGLANG_DEVICE_TIMER if sglang_timer and DEVICE_TIMER_WRAP in applied else CUDA_EVENTS
 
 
 def observations(s: dict) -> list:

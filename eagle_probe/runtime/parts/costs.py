@@ -29,7 +29,7 @@ class Costs(Part):
         timer = self.timer
         if timer is None and self.enabled:
             device = str(getattr(worker, "device", "cpu"))
-            timer = self.timer = StepTimer(choose_clock(device.startswith("cuda")))
+            timer = self.timer = StepTimer(choose_clock(device.startswith("cuda"), _forward_timer(worker)))
             topk = getattr(worker, "topk", None)
             self.topk = topk if isinstance(topk, int) else None
         return timer
@@ -81,6 +81,14 @@ class Costs(Part):
         if slices is not None:
             out.update(sampled_traffic.survival(slices.snapshot()["slices"].get(SAMPLING)))
         return out
+
+
+def _forward_timer(worker):
+    """SGLang's forward DeviceTimer on the target's runner, where SGLang installed one (it puts the same one on the
+    draft's runners), else None."""
+    target = getattr(worker, "_target_worker", None) or getattr(worker, "target_worker", None)
+    runner = getattr(target, "model_runner", None)
+    return getattr(runner, "device_timer", None)
 
 
 def _upper(bucket: dict) -> float | None:

@@ -2,6 +2,7 @@
 between two marks once both are done; it never waits for the device.
 
 - `WallClock`: time.perf_counter on the host (the CPU: the host runs the work as it is called).
+- `DeviceTimerClock` (device_timer.py): SGLang's own forward timer, where SGLANG_ENABLE_METRICS_DEVICE_TIMER=1 runs it.
 - `CudaEventClock`: CUDA events recorded on the current stream, from a pool; a mark's time is read only once its
   event's query() is true (the same way SGLang's own DeviceTimer reads its events), never after a synchronize. No mark
   is made while a CUDA graph is being captured (the event would be recorded into the graph).
@@ -67,10 +68,16 @@ class CudaEventClock:
             self._pool.append(mark)
 
 
-def choose_clock(device_is_cuda: bool):
-    """The clock for a worker on a CUDA device or not (the worker's device, read once)."""
+def choose_clock(device_is_cuda: bool, forward_timer=None):
+    """The clock for a worker on a CUDA device or not (the worker's device, read once): SGLang's own forward timer
+    where it runs and the probe numbers its intervals (device_timer.py), else CUDA events, else the wall clock."""
     if not device_is_cuda:
         return WallClock()
+    from .device_timer import DeviceTimerClock, existing_log
+
+    log = existing_log(forward_timer)
+    if log is not None:
+        return DeviceTimerClock(log)
     import torch
 
     from ..context import graph_capture
