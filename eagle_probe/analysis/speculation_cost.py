@@ -248,7 +248,8 @@ def plain_step(bucket: BucketCosts, forwards: Mapping, fit: ForwardFit | None) -
         return (f"the fit of the target's forwards gives no positive time at {batch:.3g} requests (its forwards vary "
                 f"too little, or too noisily)")
     how = "requests and tokens rose together: a plain forward taken as long as a forward of the same batch, an " \
-        "upper bound" if fit.collinear else f"fit of seconds on requests and tokens over {fit.n} target forwards"
+        "upper bound" if fit.collinear else f"fit of seconds on requests and tokens over {fit.n} target forwards; " \
+        "verify and prefill forwards, which can cost more than a plain decode forward: an upper bound"
     return Plain(seconds, fit.error(batch, batch), f"cost model ({how})")
 
 

@@ -1,0 +1,54 @@
+"""Client-side throughput of real SGLang servers on this machine, measured so that two servers can be compared: each
+is measured alone (the others stopped with SIGSTOP: an idle SGLang scheduler polls without pause and takes a core
+from the one measured), in blocks that take turns, so that what the machine does besides falls on every side."""
+
+import contextlib
+import os
+import signal
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from sglang_cpu import seed
+
+
+@contextlib.contextmanager
+def alone(others):
+    """The servers in `others` stopped for the duration (none may have a request in flight)."""
+    for other in others:
+        os.killpg(other.proc.pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for other in others:
+            os.killpg(other.proc.pid, signal.SIGCONT)
+
+
+def timed(server, batch: int, rounds: int, prompt_seed: int) -> tuple[int, float]:
+    """(tokens, seconds) at the client over `rounds` x `batch` greedy requests of the seed language, `batch` at a
+    time, seed.MAX_NEW_TOKENS each."""
+    prompts = seed.make_prompts(count=24, seed=prompt_seed)  # the language has 64 keys: prompts are reused
+    requests = [prompts[i % len(prompts)] for i in range(batch * rounds)]
+    started, tokens = time.perf_counter(), 0
+    with ThreadPoolExecutor(batch) as pool:
+        for answer in pool.map(lambda p: server.generate_raw(p, max_new_tokens=seed.MAX_NEW_TOKENS), requests):
+            tokens += len(answer["output_ids"])
+    return tokens, time.perf_counter() - started
+
+
+def interleaved(servers: dict, batches: dict[int, int], blocks: int) -> dict[str, dict[int, float]]:
+    """name -> batch size -> tokens per second over all blocks; `batches`: batch size -> rounds per block."""
+    names = list(servers)
+    for name in names:
+        with alone([servers[n] for n in names if n != name]):
+            for prompt in seed.make_prompts(count=3, seed=7):  # warm-up: first calls of each shape
+                servers[name].generate_raw(prompt, max_new_tokens=seed.MAX_NEW_TOKENS)
+    sums = {(name, batch): [0, 0.0] for name in names for batch in batches}
+    for block in range(blocks):
+        order = names if block % 2 == 0 else names[::-1]
+        for batch, rounds in batches.items():
+            for name in order:
+                with alone([servers[n] for n in names if n != name]):
+                    tokens, seconds = timed(servers[name], batch, rounds, 1000 * block + batch)
+                sums[(name, batch)][0] += tokens
+                sums[(name, batch)][1] += seconds
+    return {name: {batch: sums[(name, batch)][0] / sums[(name, batch)][1] for batch in batches} for name in names}
