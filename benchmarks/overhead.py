@@ -34,7 +34,9 @@ no fingerprint due); then every hook of one decode step summed (SPEC_STEPS specu
 eager, beside its share of a 10 ms GPU step. The fingerprint figure is the worker boundary's sample as well: it queues
 the same reductions on the aux states the target hands the worker.
 Phase timing: what timing one decode step adds (the step, draft, verify and extend wrappers, the target's verify
-forward timed, the step counted on the wall clock), hot, per step (in the decode step's sum).
+forward timed on the wall clock, the step queued), hot, per step (in the decode step's sum). The step is counted on
+the flush thread; the worker counts only when 512 items wait (steps, periods, forwards: about 3 a step), i.e. past
+some 170 steps a second, which the median leaves out.
 Flush: one flush of everything counted (the probe's own thread, once per flush interval).
 Load: eagle_probe.install() with SGLang's model registry imported, i.e. the registry scan and the wrapping
 of every target class found (best of 5, in ms; budget 50 ms per process, absolute: it happens once).
@@ -525,7 +527,8 @@ def phase_timing_us(runner, n):
     """Hot added us per decode step of the phase timing (EAGLE_PROBE_PHASE_TIMING, on by default): the worker's step
     wrapper with its draft and verify wrappers and the draft extend's timed phase inside it, and the target's verify
     forward timed inside the verify (ModelRunner.forward's wrapper with timing against the same wrapper without), the
-    wall clock's marks and the step counted at its end; against the same nesting of bare calls. Real ScheduleBatch
+    wall clock's marks and the step queued at its end (counted on the flush thread); against the same nesting of bare
+    calls. Real ScheduleBatch
     and ForwardBatch; the worker is a stand-in holding what the wrappers read (device, topk, speculative_num_steps)."""
     from array import array
     from types import SimpleNamespace

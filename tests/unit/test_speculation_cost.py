@@ -151,6 +151,7 @@ class SetClock:
     """Marks are the numbers the test sets; a mark is done once `done` reaches it (a device clock's query())."""
 
     source = "test"
+    pooled = True
 
     def __init__(self):
         self.now, self.done, self.released = 0.0, float("inf"), []
@@ -214,3 +215,20 @@ def test_nothing_is_read_before_its_mark_is_done():
     clock.done = float("inf")
     assert timer.snapshot()["steps"]["1"]["2"][0] == 1
     assert clock.released  # the marks go back to the pool once read
+
+
+def test_the_worker_counts_only_when_many_wait(monkeypatch):
+    """The step's end queues it; the flush thread counts (resolve), the worker only at RESOLVE_AT waiting items."""
+    from eagle_probe.runtime.timing import steps
+
+    clock = SetClock()
+    timer = StepTimer(clock)
+    monkeypatch.setattr(steps, "RESOLVE_AT", 4)
+    for _ in range(2):  # 2 steps and a period: 3 waiting
+        _step(timer, clock, 1, 0.002, 0.005, 0.001)
+    assert timer.counts.updates == 0 and len(timer._pending) == 3  # queued, not counted on the worker's thread
+    _step(timer, clock, 1, 0.002, 0.005, 0.001)  # 5 waiting at its end: the worker counts them
+    assert timer.counts.updates == 2 and not timer._pending  # (the shape's first step left out)
+    _step(timer, clock, 1, 0.002, 0.005, 0.001)
+    assert timer.counts.updates == 2 and len(timer._pending) == 2
+    assert timer.snapshot()["steps"]["1"]["2"][0] == 3  # the flush thread's read counts it

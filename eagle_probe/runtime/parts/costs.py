@@ -23,6 +23,7 @@ class Costs(Part):
         self._sent: dict[tuple[str, str], float] = {}  # (bucket, phase) -> seconds already in the series
         self._sent_steps: dict[str, int] = {}
         self._speedups: dict[str, tuple[float, float | None]] = {}  # bucket -> (estimate, its upper bound)
+        self._flushed_updates, self._speedups_new = -1, False
 
     def timer_for(self, worker) -> StepTimer | None:
         """The step timer, made on the worker's first decode step (its device picks the clock)."""
@@ -45,6 +46,9 @@ class Costs(Part):
     def flush(self, metrics):
         if self.timer is None:
             return
+        self.timer.resolve()
+        if self.timer.counts.updates == self._flushed_updates and not self._speedups_new:
+            return  # no step counted and no estimate made since the last flush: nothing to send
         counts = self.timer.snapshot()["steps"]
         seconds, steps = {}, {}
         for bucket, depths in counts.items():
@@ -58,6 +62,7 @@ class Costs(Part):
             self._sent[key] = self._sent.get(key, 0.0) + value
         for bucket, value in steps.items():
             self._sent_steps[bucket] = self._sent_steps.get(bucket, 0) + value
+        self._flushed_updates, self._speedups_new = self.timer.counts.updates, False
 
     def tick(self, now: float, final: bool = False):
         if self.timer is None:
@@ -70,6 +75,7 @@ class Costs(Part):
         report = speculation_cost.estimate(fields)
         self._speedups = {b["bucket"]: (b["estimated_speedup"], _upper(b)) for b in report["buckets"]
                           if b.get("estimated")}
+        self._speedups_new = True
         fields["estimate"] = [_compact(b) for b in report["buckets"]]
         self.out.emit("info", SPEC_COSTS, role="target", **fields)
 

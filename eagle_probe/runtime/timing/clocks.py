@@ -13,11 +13,12 @@ import time
 from collections import deque
 
 WALL_CLOCK, CUDA_EVENTS, SGLANG_DEVICE_TIMER = "wall_clock", "cuda_events", "sglang_device_timer"
-POOL_LIMIT = 512  # events kept for reuse; a step takes at most 8 and the pending steps are bounded (steps.py)
+POOL_LIMIT = 1024  # events kept for reuse; a step takes at most 8 and the pending steps are bounded (steps.py)
 
 
 class WallClock:
     source = WALL_CLOCK
+    pooled = False  # release() has nothing to do
 
     @staticmethod
     def mark():
@@ -40,6 +41,7 @@ class CudaEventClock:
     """Marks are torch.cuda.Event(enable_timing=True) recorded on the current stream; None while capturing."""
 
     source = CUDA_EVENTS
+    pooled = True
 
     def __init__(self, torch, is_capturing):
         self._event = lambda: torch.cuda.Event(enable_timing=True)

@@ -13,6 +13,7 @@ class CostCounts:
         self.steps: dict[str, dict[int, list]] = {}
         self.forwards: dict[str, list] = {}
         self.first_calls = 0
+        self.updates = 0  # steps counted, ever: a flush with none new since the last has nothing to send
         self._seen: set = set()  # (kind, key) whose first call was left out
 
     def _first(self, kind: str, key) -> bool:
@@ -37,6 +38,7 @@ class CostCounts:
         if self._first("step", (bucket, depth)):
             return
         row = self._row(bucket, depth)
+        self.updates += 1
         row[0] += 1
         row[1] += batch_size
         row[2] += draft

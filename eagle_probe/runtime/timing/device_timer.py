@@ -83,6 +83,7 @@ class DeviceTimerClock:
     reported (SGLang reads its events only after query() is true)."""
 
     source = SGLANG_DEVICE_TIMER
+    pooled = False
 
     def __init__(self, log: IntervalLog):
         self.log = log

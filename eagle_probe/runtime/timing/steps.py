@@ -6,8 +6,8 @@ run (depth 0 drafts nothing; SGLang may skip the extend) keeps no marks and coun
 step's start to the next one's when nothing else ran between them (no prefill), is read on the host clock: under
 the overlap scheduler the host is held back by the device, so its mean period is the device's.
 
-Nothing is read on the hot path but marks that are already done: the worker thread resolves what is ready at each
-step's end, the flush thread at each flush (`resolve`), one at a time under a lock neither waits for.
+Nothing is read on the hot path: the flush thread counts what is done at each flush (`resolve`); the worker thread
+only when RESOLVE_AT items wait, one at a time under a lock neither waits for.
 """
 
 import threading
@@ -19,7 +19,8 @@ from .counts import CostCounts
 
 START, END = 0, 7
 PHASE_MARKS = {"draft": (1, 2), "verify": (3, 4), "extend": (5, 6)}
-MAX_PENDING = 256  # steps and forwards whose marks are not done yet; more are dropped (counted)
+MAX_PENDING = 1024  # steps, periods and forwards not counted yet; more are dropped (counted)
+RESOLVE_AT = 512  # the worker counts on its own thread only when this many wait (the flush thread counts each second)
 
 
 class Step:
@@ -72,7 +73,8 @@ class StepTimer:
         self.current = None
         self._last = (step.wall_start, (step.bucket, depth))
         self._queue(step)
-        self.resolve()
+        if len(self._pending) >= RESOLVE_AT:
+            self.resolve()
 
     def interrupt(self) -> None:
         """Another kind of forward ran (a prefill): the next decode step does not follow the last one."""
@@ -137,5 +139,6 @@ class StepTimer:
         total = clock.seconds(marks[START], marks[END])
         if total is not None:
             self.counts.add_step(step.bucket, step.depth, step.batch_size, *phases, total)
-        for mark in marks:
-            clock.release(mark)
+        if clock.pooled:
+            for mark in marks:
+                clock.release(mark)
