@@ -44,6 +44,8 @@ class ProbeConfig:
     enabled: bool = True
     log_dir: str | None = None
     log_level: str = "info"
+    log_max_mb: float = 100.0  # a process's log file rotates past this size
+    log_keep: int = 4  # rotated files kept per process
     metrics_port: int | None = None
     metrics_addr: str = "127.0.0.1"  # the per-rank exporter's bind address (loopback unless said otherwise)
     summary_interval_s: float = 60.0
@@ -219,6 +221,10 @@ def _integrations(env: Mapping[str, str], name: str, default: tuple[str, ...]) -
     return tuple(names)
 
 
+def _count(env: Mapping[str, str], name: str, default: int) -> int:
+    return _number(env, name, default, int, lambda v: v >= 0, "an integer >= 0")
+
+
 def _positive_int(env: Mapping[str, str], name: str, default: int) -> int:
     return _number(env, name, default, int, lambda v: v >= 1, "an integer >= 1")
 
@@ -359,6 +365,13 @@ SETTINGS = (
             "`eagle-probe-HOST-PID.jsonl` per process", option="--log-dir", path=True, default_text="stderr"),
     _choice_setting("EAGLE_PROBE_LOG_LEVEL", "log_level", LOG_LEVELS, "the lowest level of the probe's log lines",
                     option="--log-level"),
+    Setting("EAGLE_PROBE_LOG_MAX_MB", "log_max_mb", _positive_float_mb, "a process's log file is rotated once it "
+            "holds this many MB (whole lines only): renamed `eagle-probe-HOST-PID.NNNNN.jsonl`, numbered in order, and "
+            "a new file begins with the process's once-only lines again (start-up, capture, statement, findings)",
+            write=_float_text, option="--log-max-mb", needs="EAGLE_PROBE_LOG_DIR"),
+    Setting("EAGLE_PROBE_LOG_KEEP", "log_keep", _count, "rotated files kept per process, the oldest removed first "
+            "(`0`: none; the periodic events are cumulative, so the last ones still give the whole run's totals)",
+            option="--log-keep", needs="EAGLE_PROBE_LOG_DIR"),
     Setting("EAGLE_PROBE_METRICS_PORT", "metrics_port", _port, "each process serves the probe's series (only them) "
             "on ADDR:PORT+tp_rank when SGLang's `--enable-metrics` is off; with it, SGLang's `/metrics` on every node "
             "serves them and no exporter starts", option="--metrics-port"),

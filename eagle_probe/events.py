@@ -25,6 +25,12 @@ OBSERVABILITY = "eagle_probe.observability"
 CUSTOM_LABEL_NOT_SLICED = "eagle_probe.custom_label.not_sliced"
 SPEC_COSTS = "eagle_probe.spec.costs"
 
+# Written once per process, or on first sight of what they name: a rotated log's new file begins with them again
+# (runtime/sinks/rotation.py), and a reader drops the repeats (the very same line).
+ONCE_PER_PROCESS = frozenset({
+    STARTED, CONFIG_ERROR, UNSUPPORTED_VERSION, INTEGRATION_SKIPPED, CAPTURE_CONFIGURED, TARGET_FORWARD, DRAFT_LOADED,
+    DRAFT_FORWARD, DUMP_STOPPED, FINDING, METRICS_EXPOSED, OBSERVABILITY, CUSTOM_LABEL_NOT_SLICED})
+
 
 class Event(NamedTuple):
     """What the documentation's log-events page says of one event: when it is written, and its main fields, each

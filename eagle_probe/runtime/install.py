@@ -20,6 +20,7 @@ from .integrations import ALL
 from .patcher import PATCHER
 from .recorder import ProcessHooks, Recorder
 from .sinks.logs import LogSink
+from .sinks.rotation import Rotation
 from .state import STATE
 from .values import sampler
 
@@ -63,7 +64,8 @@ def install(env=None) -> bool:
             return False
         resolved = versions.resolve_sglang()
         sglang_version = resolved.text
-        logs = LogSink(config.log_level, config.log_dir)
+        logs = LogSink(config.log_level, config.log_dir,
+                       rotation=Rotation(int(config.log_max_mb * 1024 * 1024), config.log_keep))
         if not _runs_on(resolved):
             off = off_summary(sglang_version)
             logs.emit("warning", events.UNSUPPORTED_VERSION, sglang_version=sglang_version,

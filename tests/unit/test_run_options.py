@@ -149,7 +149,8 @@ def test_run_options_are_generated_from_the_settings():
     assert {s.option: s.needs for s in SETTINGS if s.needs} == {
         **dict.fromkeys(("--dump-every", "--dump-ranks", "--dump-layers", "--dump-max-mb", "--dump-modes"),
                         "EAGLE_PROBE_DUMP_DIR"),
-        **dict.fromkeys(("--collapse-ratio", "--collapse-min-drafts"), "EAGLE_PROBE_DRAFT_ACCURACY")}
+        **dict.fromkeys(("--collapse-ratio", "--collapse-min-drafts"), "EAGLE_PROBE_DRAFT_ACCURACY"),
+        **dict.fromkeys(("--log-max-mb", "--log-keep"), "EAGLE_PROBE_LOG_DIR")}
 
 
 def test_to_env_writes_every_setting_that_has_a_value():

@@ -11,6 +11,7 @@ import os
 from collections import Counter
 from collections.abc import Iterable, Iterator
 
+from ...events import ONCE_PER_PROCESS
 from .fields import field_problem
 
 SUFFIXES = (".jsonl", ".log")
@@ -28,7 +29,8 @@ _DECODER = json.JSONDecoder()
 
 
 def log_files(paths: Iterable[str]) -> Iterator[str]:
-    """Each path given, and for a directory its *.jsonl / *.log files (subdirectories are not read)."""
+    """Each path given, and for a directory its *.jsonl / *.log files (subdirectories are not read), sorted by name:
+    a process's rotated files (`...-PID.00001.jsonl`, ...) come in the order written, before its newest."""
     for path in paths:
         if not os.path.isdir(path):
             yield path
@@ -112,6 +114,8 @@ class LogReader:
         self.lines = 0
         self.skipped = Counter()
         self.listed = []
+        self.repeated = 0  # once-only lines a rotated log's new file began with again (the very same line)
+        self._once: set = set()
 
     def read_paths(self, paths: Iterable[str]) -> "LogReader":
         """Raises OSError (with its filename) for a path or a directory's file that cannot be read."""
@@ -125,6 +129,11 @@ class LogReader:
         for number, line in enumerate(_lines(handle), 1):
             self.lines += 1
             event, reason, detail = parse_line(line)
+            if event is not None and event["event"] in ONCE_PER_PROCESS:
+                if line in self._once:
+                    self.repeated += 1
+                    continue
+                self._once.add(line)
             if event is not None:
                 self.events.append(event)
             else:
@@ -140,7 +149,8 @@ class LogReader:
     def stats(self) -> dict:
         """How much was read and skipped, and why: the report's 'input' section."""
         skipped = sum(self.skipped.values())
-        return {"files": self.files, "lines": self.lines, "events": len(self.events), "skipped": skipped,
+        return {"files": self.files, "lines": self.lines, "events": len(self.events), "repeated": self.repeated,
+                "skipped": skipped,
                 "skipped_by_reason": dict(self.skipped.most_common()), "skipped_lines": list(self.listed),
                 "skipped_not_listed": skipped - self.skipped[OTHER] - len(self.listed)}
 

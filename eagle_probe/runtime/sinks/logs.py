@@ -1,7 +1,8 @@
 """JSON log lines through structlog, without touching the global structlog or stdlib logging config.
 
 One stable dotted event name per kind (docs/reference/events.md lists them). Output is stderr, or one file per
-process under EAGLE_PROBE_LOG_DIR so that every rank's lines stay whole and separable.
+process under EAGLE_PROBE_LOG_DIR so that every rank's lines stay whole and separable, bounded by rotation
+(rotation.py: EAGLE_PROBE_LOG_MAX_MB, EAGLE_PROBE_LOG_KEEP).
 """
 
 import logging
@@ -10,6 +11,8 @@ import socket
 import sys
 
 import structlog
+
+from .rotation import RotatingFile, Rotation
 
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 
@@ -26,8 +29,10 @@ def _host() -> str:
 
 
 class LogSink:
-    def __init__(self, level: str = "info", log_dir: str | None = None, stream=None):
+    def __init__(self, level: str = "info", log_dir: str | None = None, stream=None,
+                 rotation: Rotation | None = None):
         self._level = level
+        self._rotation = rotation if rotation is not None else Rotation(None, 0)
         self._log_dir = None if stream is not None else log_dir
         self._stream = stream
         self._context = {"logger": "eagle_probe", "host": _host()}  # every line names its host, ranks or not
@@ -40,8 +45,8 @@ class LogSink:
         if stream is None and self._log_dir:
             os.makedirs(self._log_dir, exist_ok=True)
             self.path = log_file_path(self._log_dir)
-            # line-buffered: whole lines; open for the process's life (closed at exit)
-            stream = open(self.path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115
+            # whole lines, flushed by the logger after each; open for the process's life (closed at exit)
+            stream = RotatingFile(self.path, self._rotation)
         self._logger = structlog.wrap_logger(
             structlog.PrintLogger(stream if stream is not None else sys.stderr),
             wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[self._level]),
