@@ -95,3 +95,19 @@ def test_the_settings_name_what_they_accept():
         with pytest.raises(ConfigError) as info:
             load_config({variable: value})
         assert variable in str(info.value)
+
+
+def test_a_process_with_a_reused_pid_numbers_after_the_files_there(tmp_path):
+    """A restarted server (a container's pids repeat) writes to the same name: its rotations never replace the
+    earlier run's files, and keep counts them together (the oldest go first)."""
+    first = _write(tmp_path, keep=100, summaries=100)
+    before = sorted(os.listdir(tmp_path))
+    first_rotations = first._logger._logger._file.rotations
+    second = _write(tmp_path, keep=100, summaries=100)
+    assert second.path == first.path
+    after = sorted(os.listdir(tmp_path))
+    assert set(before) - {os.path.basename(first.path)} <= set(after)  # the first run's rotated files are all there
+    assert second._logger._logger._file.rotations > first_rotations
+    reader = LogReader().read_paths([str(tmp_path)])
+    lost = [e["captures_lost"] for e in reader.events if e["event"] == events.SUMMARY]
+    assert lost == list(range(100)) * 2  # both runs, in order

@@ -29,13 +29,29 @@ def rotated_path(path: str, number: int) -> str:
     return f"{stem}.{number:05d}{ext}"
 
 
+def _last_number(path: str) -> int:
+    """The highest number of the rotated files of `path` already there, else 0."""
+    directory, name = os.path.split(path)
+    stem, ext = os.path.splitext(name)
+    numbers = []
+    try:
+        names = os.listdir(directory or ".")
+    except OSError:
+        return 0
+    for other in names:
+        middle = other[len(stem) + 1:-len(ext)] if other.startswith(stem + ".") and other.endswith(ext) else ""
+        if middle.isdigit():
+            numbers.append(int(middle))
+    return max(numbers, default=0)
+
+
 class RotatingFile:
     """A text file for structlog's PrintLogger (write and flush; its lock makes the calls of one line contiguous)."""
 
     def __init__(self, path: str, rotation: Rotation):
         self.path = path
         self.rotation = rotation
-        self.rotations = 0
+        self.rotations = _last_number(path)  # a restarted server may get the same pid: number after its files
         self.sticky_dropped = 0
         self._sticky: list[str] = []
         self._sticky_bytes = 0
