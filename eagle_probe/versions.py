@@ -169,6 +169,10 @@ WORKER_DRAFT_HOOK = "EagleDraftWorker.draft"
 WORKER_VERIFY_HOOK = "EAGLEWorkerV2.verify"
 WORKER_DECODE_HOOK = "EagleDraftWorker._draft_extend_for_decode"  # (batch, batch_result, ...)
 WORKER_HOOKS = (WORKER_PREFILL_HOOK, WORKER_DECODE_HOOK, WORKER_STEP_HOOK, WORKER_DRAFT_HOOK, WORKER_VERIFY_HOOK)
+# SGLang's own forward timer (SGLANG_ENABLE_METRICS_DEVICE_TIMER=1; runtime/timing/device_timer.py): each forward's
+# interval starts here, (metadata)
+DEVICE_TIMER_MODULE = "sglang.srt.utils.device_timer"
+DEVICE_TIMER_HOOK = "DeviceTimer.wrap"
 # SGLang's HTTP server process (runtime/integrations/request_classes.py): where a request arrives (its route and
 # custom labels) and where its last output hands over its histogram of accepted drafts per verify step.
 TOKENIZER_MODULE = "sglang.srt.managers.tokenizer_manager"

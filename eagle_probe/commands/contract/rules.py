@@ -68,7 +68,7 @@ EXPECTED_PARAMS: dict[str, tuple[str, ...]] = {
     **{f"{versions.WORKER_MODULE}.{hook}": ("batch",)
        for hook in (versions.WORKER_STEP_HOOK, versions.WORKER_DRAFT_HOOK, versions.WORKER_VERIFY_HOOK)},
     f"{MODEL_RUNNER}.ModelRunner.forward": ("forward_batch",),
-    "sglang.srt.utils.device_timer.DeviceTimer.wrap": ("metadata",),
+    f"{versions.DEVICE_TIMER_MODULE}.{versions.DEVICE_TIMER_HOOK}": ("metadata",),
     **{f"{module}.{qualname}": ("forward_batch",) for module, qualname, _ in versions.GRAPH_ENTRIES},
     f"{versions.TOKENIZER_MODULE}.{versions.REQUEST_ARRIVAL_HOOK}": ("obj", "request"),
     f"{versions.TOKENIZER_MODULE}.{versions.REQUEST_FINISH_HOOK}": ("meta_info", "recv_obj", "i"),

@@ -18,8 +18,7 @@ from ..timing.device_timer import log_for
 from ..timing.steps import PHASE_MARKS
 
 WORKER_MODULE = versions.WORKER_MODULE
-DEVICE_TIMER_MODULE = "sglang.srt.utils.device_timer"
-DEVICE_TIMER_WRAP = f"{DEVICE_TIMER_MODULE}.DeviceTimer.wrap"
+DEVICE_TIMER_WRAP = f"{versions.DEVICE_TIMER_MODULE}.{versions.DEVICE_TIMER_HOOK}"
 TIMED_MODES = ("DECODE", "TARGET_VERIFY", "EXTEND")  # the target forwards of the cost fit
 MAX_EXTEND_TOKENS = 512  # longer prefills are left out of the fit: their attention grows with the prompt
 
@@ -140,7 +139,7 @@ INTEGRATION = Integration("phase_timing", (
                 observes="the draft phase's time"),
     PatchTarget(WORKER_MODULE, versions.WORKER_VERIFY_HOOK, verify_wrapper, rows_only=True,
                 observes="the verify phase's time"),
-    PatchTarget(DEVICE_TIMER_MODULE, "DeviceTimer.wrap", device_timer_wrapper,
+    PatchTarget(versions.DEVICE_TIMER_MODULE, versions.DEVICE_TIMER_HOOK, device_timer_wrapper,
                 observes="SGLang's own device time of each forward, where its device timer runs"),
 ))
 # The draft extend (WORKER_DECODE_HOOK) is timed by the worker boundary's wrapper (eagle_worker.decode_wrapper), which

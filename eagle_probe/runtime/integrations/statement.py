@@ -64,6 +64,7 @@ def _timing(runner) -> str | None:
     """The clock the step timer uses in this process (timing/clocks.py), None when phase timing is off or the
     worker's step is not wrapped."""
     from ..timing.clocks import CUDA_EVENTS, SGLANG_DEVICE_TIMER, WALL_CLOCK
+    from ..timing.device_timer import takes_reporter
     from .phase_timing import DEVICE_TIMER_WRAP
 
     applied = PATCHER.applied()
@@ -73,7 +74,7 @@ def _timing(runner) -> str | None:
     if not str(getattr(runner, "device", "")).startswith("cuda"):
         return WALL_CLOCK
     # SGLang's forward timer, where it runs and takes another reporter (the worker reads it, costs._forward_timer)
-    sglang_timer = callable(getattr(getattr(runner, "device_timer", None), "add_reporter", None))
+    sglang_timer = takes_reporter(getattr(runner, "device_timer", None))
     return SGLANG_DEVICE_TIMER if sglang_timer and DEVICE_TIMER_WRAP in applied else CUDA_EVENTS
 
 

@@ -49,6 +49,11 @@ _LOGS: "weakref.WeakKeyDictionary[object, IntervalLog | None]" = weakref.WeakKey
 _LOCK = threading.Lock()
 
 
+def takes_reporter(timer) -> bool:
+    """Whether a DeviceTimer takes another reporter (add_reporter, 0.5.12 on); before, its one reporter is SGLang's."""
+    return callable(getattr(timer, "add_reporter", None))
+
+
 def log_for(timer) -> IntervalLog | None:
     """The log of a DeviceTimer, its reporter added on the first call (None where the release has no add_reporter:
     its one reporter is SGLang's). The probe wraps DeviceTimer.wrap from the process start, so the first call is the
@@ -60,10 +65,9 @@ def log_for(timer) -> IntervalLog | None:
     with _LOCK:
         if timer in _LOGS:
             return _LOGS[timer]
-        add = getattr(timer, "add_reporter", None)
-        log = IntervalLog() if callable(add) else None
+        log = IntervalLog() if takes_reporter(timer) else None
         if log is not None:
-            add(log.report)
+            timer.add_reporter(log.report)
         _LOGS[timer] = log
         return log
 
