@@ -99,8 +99,8 @@ CATALOGUE = {
                                    "not allow, or one that reached its bound of distinct values", (
         "key", "reason: not_allowed, or values (further values are counted as 'other')",
         "allowed: the keys --tokenizer-metrics-allowed-custom-labels allows", "message")),
-    SPEC_COSTS: Event("every `EAGLE_PROBE_SUMMARY_INTERVAL_S` while speculative decode steps run, and at exit "
-                      "(with `EAGLE_PROBE_PHASE_TIMING` on)", (
+    SPEC_COSTS: Event("every `EAGLE_PROBE_SUMMARY_INTERVAL_S` while speculative decode steps run (or, on a server "
+                      "without speculation, its decode steps), and at exit (with `EAGLE_PROBE_PHASE_TIMING` on)", (
         "source: the clock (wall_clock, cuda_events, sglang_device_timer)", "topk",
         "steps: since start, batch bucket -> depth -> [steps, batch_sum, draft_s, verify_s, extend_s, step_s, "
         "periods, period_s, period_s2]",
@@ -110,7 +110,10 @@ CATALOGUE = {
         "acceptance: all, greedy, sampled -> accepted and drafted request-steps per draft position",
         "estimate: per bucket, estimated_speedup, uncertainty, break_even_accept_length, recommended_num_steps, "
         "plain_step_seconds and plain_source, phase_seconds", "dropped: steps not timed (the queue was full)",
-        "first_calls: first steps, periods and forwards of each shape, left out (once-only work)")),
+        "first_calls: first steps, periods and forwards of each shape, left out (once-only work)",
+        "server: plain on a server without speculation (its lines hold plain_steps, no steps, acceptance or "
+        "estimate)", "plain_steps: since start, batch bucket -> the same list as a step row: the plain decode steps "
+        "`eagle-probe advise` measures the plain step from")),
     ACCEPTANCE_SLICES: Event("every `EAGLE_PROBE_SUMMARY_INTERVAL_S` while verify steps run, and at exit", (
         "role: target (a scheduler's verify steps), or http_server (SGLang's HTTP server process: finished requests "
         "by entry point and custom label)", "positions",

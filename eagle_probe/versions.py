@@ -169,6 +169,10 @@ WORKER_DRAFT_HOOK = "EagleDraftWorker.draft"
 WORKER_VERIFY_HOOK = "EAGLEWorkerV2.verify"
 WORKER_DECODE_HOOK = "EagleDraftWorker._draft_extend_for_decode"  # (batch, batch_result, ...)
 WORKER_HOOKS = (WORKER_PREFILL_HOOK, WORKER_DECODE_HOOK, WORKER_STEP_HOOK, WORKER_DRAFT_HOOK, WORKER_VERIFY_HOOK)
+# A server without speculation (runtime/integrations/phase_timing.py): the scheduler's step on the target worker,
+# (batch, ...); timed on a plain decode batch, the measured plain step `eagle-probe advise` compares with.
+PLAIN_WORKER_MODULE = "sglang.srt.managers.tp_worker"
+PLAIN_STEP_HOOK = "TpModelWorker.forward_batch_generation"
 # SGLang's own forward timer (SGLANG_ENABLE_METRICS_DEVICE_TIMER=1; runtime/timing/device_timer.py): each forward's
 # interval starts here, (metadata)
 DEVICE_TIMER_MODULE = "sglang.srt.utils.device_timer"

@@ -3,10 +3,11 @@ since the process started) and the acceptance it counted, for each batch-size bu
 
 - tokens per step at depth k, tau(k) = 1 + sum over positions j < k of P(position j accepted), from the per-position
   survival curve; positions never drafted are extrapolated (the last conditional rate repeats) and said so;
-- the plain step's time T_plain(B): the target's width-1 forwards in that bucket where they ran (adaptive depth 0:
-  a verify of one token per request, an upper bound of a plain decode), else a least-squares fit of the target's
-  forward time on its requests and tokens (a + c x requests + b x tokens; decode, verify and short prefill forwards)
-  read at B requests of one token, with its standard error;
+- the plain step's time T_plain(B): measured where a server without speculation was timed too (its costs events,
+  server "plain": its decode steps' period in the same bucket), else the target's width-1 forwards in that bucket
+  where they ran (adaptive depth 0: a verify of one token per request, an upper bound of a plain decode), else a
+  least-squares fit of the target's forward time on its requests and tokens (a + c x requests + b x tokens;
+  decode, verify and short prefill forwards) read at B requests of one token, with its standard error;
 - the speculative step's time: the period from one decode step's start to the next one's, back to back (what the
   server spends per step, its own scheduling included), else the worker's step alone;
 - the speed-up S = tau x T_plain / T_step, the break-even accept length T_step / T_plain, and the depth that
@@ -235,9 +236,27 @@ class Plain:
     source: str
 
 
-def plain_step(bucket: BucketCosts, forwards: Mapping, fit: ForwardFit | None) -> Plain | str:
-    """The plain step's time, or why there is none."""
-    measured = _width_one_seconds(forwards, bucket.label)
+def _plain_server_step(plain_steps: Mapping, bucket: BucketCosts) -> Plain | None:
+    """The bucket's decode steps timed on a server without speculation (the costs events with server "plain"), where
+    at least MIN_STEPS ran: measured, not estimated."""
+    values = plain_steps.get(bucket.label)
+    if not values:
+        return None
+    row = DepthRow.of(0, values)
+    if row.steps < MIN_STEPS:
+        return None
+    seconds, error, what = row.step_seconds()
+    return Plain(seconds, error, f"measured: {row.steps} decode steps of a server without speculation ({what}, mean "
+                                 f"batch {row.batch_sum / row.steps:.3g} against {bucket.mean_batch:.3g} here)")
+
+
+def plain_step(bucket: BucketCosts, costs: Mapping, fit: ForwardFit | None) -> Plain | str:
+    """The plain step's time, or why there is none: measured on a plain server where its logs were given, else the
+    width-1 target forwards, else the fit."""
+    served = _plain_server_step(costs.get("plain_steps") or {}, bucket)
+    if served is not None:
+        return served
+    measured = _width_one_seconds(costs.get("forwards") or {}, bucket.label)
     if measured is not None:
         return Plain(measured[0], measured[1], f"width-1 target forwards ({measured[2]}; an upper bound)")
     if fit is None:
@@ -346,7 +365,7 @@ def bucket_estimate(bucket: BucketCosts, costs: Mapping, fit: ForwardFit | None)
            "phase_seconds": bucket.phase_means()}
     if bucket.steps < MIN_STEPS:
         return {**out, "estimated": False, "why": f"{bucket.steps} timed steps, fewer than {MIN_STEPS}"}
-    plain = plain_step(bucket, costs.get("forwards") or {}, fit)
+    plain = plain_step(bucket, costs, fit)
     if isinstance(plain, str):
         return {**out, "estimated": False, "why": plain}
     model = step_model(bucket, fit)
@@ -381,22 +400,28 @@ def estimate(costs: Mapping) -> dict:
 def merge(events: Sequence[Mapping]) -> dict:
     """Several processes' costs events summed (each is cumulative: pass the last of each process)."""
     steps: dict = {}
+    plain_steps: dict = {}
     forwards: dict = {}
     acceptance: dict = {}
     for event in events:
         for label, depths in (event.get("steps") or {}).items():
             for depth, values in depths.items():
                 _add(steps.setdefault(label, {}), depth, values)
+        for label, values in (event.get("plain_steps") or {}).items():
+            _add(plain_steps, label, values or [])
+        if event.get("server") == "plain":
+            continue  # its forwards are plain decodes, not the speculative server's; it has no acceptance
         for key, values in (event.get("forwards") or {}).items():
             _add(forwards, key, values)
         for name, counts in (event.get("acceptance") or {}).items():
             side = acceptance.setdefault(name, {"accepted": [], "drafted": []})
             for part in ("accepted", "drafted"):
                 _add(side, part, counts.get(part) or [])
-    first = events[0] if events else {}
-    sources = sorted({str(e.get("source")) for e in events})
+    speculative = [e for e in events if e.get("server") != "plain"]
+    first = speculative[0] if speculative else {}
+    sources = sorted({str(e.get("source")) for e in speculative})
     return {"source": sources[0] if len(sources) == 1 else "+".join(sources), "topk": first.get("topk"),
-            "steps": steps, "forwards": forwards, "acceptance": acceptance}
+            "steps": steps, "plain_steps": plain_steps, "forwards": forwards, "acceptance": acceptance}
 
 
 def _add(into: dict, key, values) -> None:

@@ -1,10 +1,12 @@
 """`eagle-probe advise LOG_DIR... [--format json] [--write FILE [--force]]`
 
 Does speculation pay on this server, and at which depth? From the probe's eagle_probe.spec.costs events (written
-with EAGLE_PROBE_PHASE_TIMING on, the default): per batch-size bucket the estimated speed-up over plain decoding with
-its uncertainty, the accept length that would break even, the best number of draft steps, the phase costs behind
-them; the findings speculation_slower_than_plain and speculation_depth_off; and SGLang's
---speculative-adaptive-config that serves the best depth at each batch size (--write FILE writes it).
+with EAGLE_PROBE_PHASE_TIMING on, the default). Give the logs of the same target served without speculation (the
+probe injected) with them, and the plain step is measured there instead of estimated. Per batch-size bucket: the
+estimated speed-up over plain decoding with its uncertainty, the accept length that would break even, the best
+number of draft steps, the phase costs behind them; the findings speculation_slower_than_plain and
+speculation_depth_off; and SGLang's --speculative-adaptive-config that serves the best depth at each batch size
+(--write FILE writes it).
 
 Exit status: 0 at least one bucket estimated, 1 none (why is printed: no costs events, too few steps), 2 bad input
 (a LOG_DIR missing or without probe logs, --write FILE existing without --force, FILE not writable).
@@ -85,7 +87,9 @@ def _bucket_lines(bucket: dict) -> list[str]:
 
 
 def render(result: dict) -> str:
-    out = [f"speculation cost: {result['runs']} process(es) counted (attention-TP rank 0; "
+    plain = f", {result['plain_runs']} of them without speculation (the measured plain step)" \
+        if result.get("plain_runs") else ""
+    out = [f"speculation cost: {result['runs']} process(es) counted{plain} (attention-TP rank 0; "
            f"{result['tp_ranks_left_out']} other TP rank(s) left out: they time the same steps), clock "
            f"{result['source']}, topk {result['topk']}"]
     for bucket in result["buckets"]:

@@ -13,7 +13,7 @@ from .. import events as names
 from ..analysis import speculation_cost
 
 # Where a counted process ran, as the JSON lists it.
-PROCESS_FIELDS = ("host", "pid", "node_rank", "tp_rank", "attn_tp_rank", "dp_rank", "attn_dp_rank", "pp_rank",
+PROCESS_FIELDS = ("host", "pid", "run", "node_rank", "tp_rank", "attn_tp_rank", "dp_rank", "attn_dp_rank", "pp_rank",
                   "timestamp")
 # Every bucket carries these keys (null where the bucket was not estimated), whatever the estimate left out.
 BUCKET_FIELDS = ("batch_size", "bucket", "steps", "served_depth", "estimated", "why", "estimated_speedup",
@@ -24,7 +24,8 @@ NO_COSTS = ("no eagle_probe.spec.costs events: is EAGLE_PROBE_PHASE_TIMING on (i
 
 
 def _process(event: Mapping) -> tuple:
-    return event.get("host"), event.get("pid")
+    """One process: a restarted server's pid that came again is another run (summarize.logread numbers it)."""
+    return event.get("host"), event.get("pid"), event.get("run")
 
 
 def last_costs(events: Iterable[Mapping]) -> list[Mapping]:
@@ -100,7 +101,9 @@ def advice(events: Iterable[Mapping]) -> dict:
     """The merged estimate, its findings and the adaptive config it gives, JSON-ready (docs/commands/advise.md)."""
     costs = last_costs(events)
     counted = sorted((e for e in costs if attention_tp_rank(e) in (0, None)), key=_rank_key)
-    out = {"source": None, "topk": None, "runs": len(counted), "tp_ranks_left_out": len(costs) - len(counted),
+    plain = [e for e in counted if e.get("server") == "plain"]
+    out = {"source": None, "topk": None, "runs": len(counted), "plain_runs": len(plain),
+           "tp_ranks_left_out": len(costs) - len(counted),
            "processes": [{k: e.get(k) for k in PROCESS_FIELDS} for e in counted], "fit": None, "buckets": [],
            "findings": [], "adaptive_config": {}, "launch_args": [], "notes": [], "forwards_of_another_version": []}
     if not counted:
@@ -119,6 +122,7 @@ def advice(events: Iterable[Mapping]) -> dict:
                buckets=[_bucket(b) for b in report["buckets"]], findings=[finding_dict(f) for f in found],
                adaptive_config=config, launch_args=speculation_cost.launch_args(config, "FILE") if config else [])
     out["notes"] += routing_notes(report["buckets"], config) + adaptive_mode_notes(counted, config)
+    out["notes"] += plain_notes(merged.get("plain_steps") or {}, report["buckets"]) if plain else []
     if uncounted:
         out["notes"].append(f"{uncounted} (batch size, depth) row(s) held periods but no counted step (the timer "
                             f"dropped those steps) and were left out")
@@ -127,6 +131,19 @@ def advice(events: Iterable[Mapping]) -> dict:
 
 def _depth(config: Mapping, key: int) -> int:
     return config[str(key)]["candidate_steps"][0]
+
+
+def plain_notes(plain_steps: Mapping, buckets: list) -> list[str]:
+    """Where a server without speculation was timed but a bucket's plain step still had to be estimated."""
+    notes = []
+    for bucket in buckets:
+        source = bucket.get("plain_source") or ""
+        if bucket.get("estimated") and not source.startswith("measured"):
+            steps = int((plain_steps.get(bucket["bucket"]) or [0])[0])
+            notes.append(f"batch size {bucket['bucket']}: the server without speculation ran {steps} timed decode "
+                         f"steps at these batch sizes (fewer than {speculation_cost.MIN_STEPS}): its plain step is "
+                         f"estimated instead ({source})")
+    return notes
 
 
 def routing_notes(buckets: list, config: Mapping) -> list[str]:
@@ -174,6 +191,9 @@ def why_nothing_estimated(result: Mapping) -> str | None:
                     f"pass the logs of the node that holds rank 0 of each attention-TP group")
         return NO_COSTS
     if not result["buckets"]:
+        if result.get("plain_runs") == result["runs"]:
+            return (f"the costs events are all from servers without speculation ({result['runs']} process(es)): "
+                    f"their decode steps are the plain reference; pass a speculative server's logs with them")
         return "the costs events hold no timed decode step"
     whys = "; ".join(f"batch size {b['bucket']}: {b['why']}" for b in result["buckets"])
     other = result["forwards_of_another_version"]

@@ -1,12 +1,13 @@
 """Does speculation pay, against measurement on the CPU: the committed seed pair served by a real SGLang server with
-speculation and the probe injected, at batch 1 and at batch 6 (sglang_cpu.throughput).
+speculation and the seed target by one without, the probe injected into both, measured in turn at batch 1 and at
+batch 6 (sglang_cpu.throughput).
 
-The speculative side of the estimate is held to the client: the tokens a step yields (read from the acceptance) over
-the step's period (the probe's timing), times the batch, must come within 20 % of the tokens per second the client
-measures. The plain side cannot be held to a plain server on this machine: SGLang's verify and prefill forwards
-cost about twice a plain decode step here (benchmarks/speculation_cost.py measures both and prints the ratios), so
-the plain step the probe fits from them is an upper bound, as its output says. Then SGLang starts with the adaptive
-config the estimate advises and serves with it."""
+The estimate `eagle-probe advise` gives from both servers' logs (the plain step measured on the plain server, the
+speculative step and the acceptance on the other) must come within 20 % of the ratio of the two servers' tokens per
+second at the client. The speculative side alone is held to the client too. From the speculative server's logs alone
+the plain step is fitted from SGLang's verify and prefill forwards, which cost about twice a plain decode step here
+(benchmarks/speculation_cost.py measures both and prints the ratios): an upper bound, as its output says. Then SGLang
+starts with the adaptive config the estimate advises and serves with it."""
 
 import json
 import os
@@ -19,21 +20,52 @@ from eagle_probe.commands.cli import main as cli_main
 from eagle_probe.commands.summarize.logread import read_events
 from eagle_probe.events import SPEC_COSTS
 from sglang_cpu import seed, throughput
+from sglang_cpu.server import SGLangServer
+from sglang_cpu.spec_shims import SPEC_ENV
 
 BATCHES = {1: 8, 6: 6}  # batch size -> rounds of requests (seed.MAX_NEW_TOKENS tokens each)
 TOLERANCE = 0.20
 
 
 @pytest.fixture(scope="module")
-def measured(tmp_path_factory):
-    logs = str(tmp_path_factory.mktemp("cost-logs"))
+def served(tmp_path_factory):
+    """Client tokens/s of both servers at each batch size, and their log directories."""
+    logs, plain_logs = str(tmp_path_factory.mktemp("cost-logs")), str(tmp_path_factory.mktemp("plain-logs"))
     spec = seed.server(seed.DRAFT_PATH, env={"EAGLE_PROBE_LOG_DIR": logs}, pythonpath_prefix=[BOOTSTRAP_DIR])
-    with spec:
-        rates = throughput.interleaved({"spec": spec}, BATCHES, blocks=1)["spec"]
+    plain = SGLangServer(seed.TARGET_PATH, env={**SPEC_ENV, "EAGLE_PROBE_LOG_DIR": plain_logs},
+                         pythonpath_prefix=[BOOTSTRAP_DIR])
+    with spec, plain:
+        rates = throughput.interleaved({"spec": spec, "plain": plain}, BATCHES, blocks=1)
+    return rates, logs, plain_logs
+
+
+@pytest.fixture(scope="module")
+def measured(served):
+    rates, logs, _ = served
     events = [e for e in read_events([logs]) if e.get("event") == SPEC_COSTS and e.get("tp_rank") == 0]
     assert events, f"no {SPEC_COSTS} line in {logs}"
     report = speculation_cost.estimate(events[-1])  # cumulative: the last holds the whole run
-    return rates, report, logs
+    return rates["spec"], report, logs
+
+
+def test_the_estimate_with_the_plain_servers_steps_is_the_measured_ratio(served, capsys):
+    rates, logs, plain_logs = served
+    assert cli_main(["advise", logs, plain_logs, "--format", "json"]) == 0
+    advice = json.loads(capsys.readouterr().out)
+    assert (advice["runs"], advice["plain_runs"]) == (2, 1)
+    by_bucket = {b["bucket"]: b for b in advice["buckets"]}
+    rows = []
+    for batch in BATCHES:
+        bucket = by_bucket[batch_buckets.LABELS[batch_buckets.bucket_of(batch)]]
+        assert bucket["estimated"] and bucket["plain_source"].startswith("measured"), bucket
+        measured_ratio = rates["spec"][batch] / rates["plain"][batch]
+        rows.append((batch, round(rates["plain"][batch], 1), round(rates["spec"][batch], 1), round(measured_ratio, 3),
+                     bucket["estimated_speedup"], bucket["plain_step_seconds"], bucket["phase_seconds"]["period"]))
+    with capsys.disabled():
+        print("\n(batch, plain tok/s, speculative tok/s, measured ratio, estimate, plain step s, spec period s):",
+              *rows, sep="\n  ")
+    for batch, _, _, measured_ratio, estimate, *_ in rows:
+        assert abs(estimate / measured_ratio - 1) <= TOLERANCE, (batch, measured_ratio, estimate)
 
 
 def test_the_speculative_step_is_what_the_client_measures(measured):

@@ -304,3 +304,46 @@ def test_a_row_of_periods_without_counted_steps_is_left_out(tmp_path, capsys):
     rc, result, _ = advise_json(capsys, log_dir(tmp_path, [json.dumps(event)]))
     assert rc == 0 and bucket(result, "1")["estimated"] and bucket(result, "1")["steps"] == 100
     assert any("no counted step" in note for note in result["notes"])
+
+
+def plain_line(pid=200, period=0.008, steps=100, ts="2026-01-01T00:01:00Z", **extra):
+    """A server without speculation: its decode steps (depth 0, no phases) at batch 1 and 16-31, none at 8-15."""
+    event = {"event": "eagle_probe.spec.costs", "pid": pid, "host": "h", "tp_rank": 0, "pp_rank": 0, "dp_rank": None,
+             "attn_tp_rank": 0, "attn_dp_rank": 0, "node_rank": 0, "role": "target", "source": "wall_clock",
+             "timestamp": ts, "level": "info", "server": "plain", "steps": {},
+             "plain_steps": {"1": step_row(steps, 1, period, draft=0.0),
+                             "16-31": step_row(steps, 20, 4 * period, draft=0.0)},
+             "forwards": {"DECODE:1:1": forward_row(30, 1, 1, 0.5)}, "first_calls": 2, "dropped": 0}
+    event.update(extra)
+    return json.dumps(event)
+
+
+def test_a_plain_servers_steps_are_the_measured_plain_step(tmp_path, capsys):
+    spec, plain = log_dir(tmp_path, [costs_line()], name="spec"), log_dir(tmp_path, [plain_line()], name="plain")
+    rc, result, _ = advise_json(capsys, spec, plain)
+    assert rc == 0 and (result["runs"], result["plain_runs"]) == (2, 1)
+    assert result["source"] == "wall_clock" and result["topk"] == 1  # from the speculative server
+    fast, slow = bucket(result, "1"), bucket(result, "16-31")
+    assert fast["plain_step_seconds"] == pytest.approx(0.008) and fast["plain_source"].startswith("measured: 100")
+    assert fast["estimated_speedup"] == pytest.approx(TAU * 0.008 / FAST_PERIOD_S, abs=1e-3)
+    assert slow["plain_step_seconds"] == pytest.approx(0.032)
+    assert slow["estimated_speedup"] == pytest.approx(TAU * 0.032 / SLOW_PERIOD_S, abs=1e-3)
+    # the plain server's forwards (0.5 s DECODE forwards) are not the speculative server's: not in the fit
+    assert result["fit"]["forwards"] == 60
+    rc, text, _ = advise(capsys, spec, plain)
+    assert "1 of them without speculation" in text and "measured: 100 decode steps" in text
+
+
+def test_a_bucket_the_plain_server_barely_ran_is_estimated_and_said_so(tmp_path, capsys):
+    plain = log_dir(tmp_path, [plain_line(steps=speculation_cost.MIN_STEPS - 1)], name="plain")
+    rc, result, _ = advise_json(capsys, log_dir(tmp_path, [costs_line()], name="spec"), plain)
+    assert rc == 0 and "width-1" in bucket(result, "1")["plain_source"]
+    assert any(f"ran {speculation_cost.MIN_STEPS - 1} timed decode steps" in note and note.startswith("batch size 1:")
+               for note in result["notes"])
+
+
+def test_plain_logs_alone_say_a_speculative_servers_are_needed(tmp_path, capsys):
+    rc, result, err = advise_json(capsys, log_dir(tmp_path, [plain_line()]))
+    assert rc == 1 and result["buckets"] == [] and result["plain_runs"] == 1
+    assert "all from servers without speculation" in err and "pass a speculative server's logs" in err
+

@@ -575,6 +575,8 @@ OF_TYPE = {
     fields.OPT_COST_STEPS: st.none() | st.dictionaries(st.sampled_from(batch_buckets.LABELS) | TEXT, st.dictionaries(
         st.integers(0, 999).map(str), COST_ROW, max_size=3), max_size=3),
     fields.OPT_COST_FORWARDS: st.none() | st.dictionaries(TEXT, COST_ROW, max_size=3),
+    fields.OPT_PLAIN_STEPS: st.none() | st.dictionaries(st.sampled_from(batch_buckets.LABELS) | TEXT,
+                                                        st.none() | COST_ROW, max_size=3),
     fields.OPT_SURVIVAL: st.none() | st.dictionaries(st.sampled_from(("all", "greedy", "sampled")) | TEXT,
                                                      st.fixed_dictionaries({}, optional={
                                                          "accepted": st.none() | POSITION_COUNTS,

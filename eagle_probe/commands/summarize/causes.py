@@ -9,6 +9,7 @@ from ... import events as names
 from ...analysis import bimodal, field_prior, sampled_traffic, trained_length
 from ...analysis import findings as F
 from ...analysis.slices import DIMENSIONS
+from .fields import rank_key
 from .training import NOT_CAUSES
 from .training import checks as training_checks
 
@@ -18,10 +19,6 @@ DECODE_PATH_DIMENSIONS = ("path", "step")
 # Findings that are verdicts on acceptance, not causes of it.
 VERDICTS = NOT_CAUSES + (F.ACCEPTANCE_LOW, F.ACCEPTANCE_BIMODAL, F.ACCEPTANCE_PAST_TRAINED_LENGTH,
                          F.ACCEPTANCE_SLICE_LOW)
-
-
-def _key(item: dict):
-    return (item.get("tp_rank"), item.get("pp_rank"), item.get("dp_rank"), item.get("pid"))
 
 
 def _where(rank: dict) -> str:
@@ -37,7 +34,7 @@ def _as_event(finding, rank: dict, timestamp=None) -> dict:
 
 def _slice_rank(report: dict, rank: dict) -> dict | None:
     for item in (report.get("acceptance_slices") or {}).get("ranks") or []:
-        if _key(item) == _key(rank):
+        if rank_key(item) == rank_key(rank):
             return item
     return None
 
@@ -143,7 +140,7 @@ def _trained_length(events, rank, option) -> tuple:
     if option is not None:
         return option, SUMMARIZE_SOURCE
     loads = [e for e in events if e.get("event") == names.DRAFT_LOADED and isinstance(e.get("trained_length"), int)]
-    mine = [e for e in loads if _key(e) == _key(rank)] or loads
+    mine = [e for e in loads if rank_key(e) == rank_key(rank)] or loads
     if not mine:
         return None, ""
     return mine[-1]["trained_length"], str(mine[-1].get("trained_length_source") or LOGGED_SOURCE)

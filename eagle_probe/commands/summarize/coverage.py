@@ -9,10 +9,7 @@ from ...analysis import findings as F
 from ...analysis.acceptance import expected_mean_length
 from ...analysis.training_gap import TOLERANCE
 from ...analysis.vocab_coverage import Served, coverage_finding, describe_map, length_cap
-
-
-def _key(event: dict):
-    return (event.get("tp_rank"), event.get("pp_rank"), event.get("dp_rank"), event.get("pid"))
+from .fields import rank_fields, rank_key
 
 
 def coverage_section(events: list, ranks: list[dict], accuracy=None) -> dict:
@@ -23,11 +20,10 @@ def coverage_section(events: list, ranks: list[dict], accuracy=None) -> dict:
     for event in events:
         if event.get("event") == names.VOCAB_COVERAGE and isinstance(event.get("verified_tokens"), int) \
                 and isinstance(event.get("in_vocab"), int) and event["verified_tokens"] > 0:
-            last[_key(event)] = event
+            last[rank_key(event)] = event
     rows, findings = [], []
     for rank in ranks:
-        key = (rank["tp_rank"], rank["pp_rank"], rank["dp_rank"], rank["pid"])
-        event = last.get(key)
+        event = last.get(rank_key(rank))
         rank["draft_vocab_coverage"] = None
         if event is None:
             continue
@@ -36,7 +32,7 @@ def coverage_section(events: list, ranks: list[dict], accuracy=None) -> dict:
         in_vocab, total = event["in_vocab"], event["verified_tokens"]
         coverage = in_vocab / total
         served = acc.get("mean_accept_length")
-        row = {"tp_rank": rank["tp_rank"], "pp_rank": rank["pp_rank"], "dp_rank": rank["dp_rank"], "pid": rank["pid"],
+        row = {**rank_fields(rank_key(rank)),
                "in_vocab": in_vocab, "verified_tokens": total, "coverage": coverage, "map": event.get("map"),
                "hot_vocab_size": event.get("hot_vocab_size"), "draft_vocab_size": event.get("draft_vocab_size"),
                "target_vocab_size": event.get("target_vocab_size"),
@@ -53,8 +49,7 @@ def coverage_section(events: list, ranks: list[dict], accuracy=None) -> dict:
                                    event.get("draft_vocab_size"), where, Served(served, positions, below))
         if finding is not None:
             findings.append({"code": finding.code, "severity": finding.severity, "message": finding.message,
-                             "evidence": finding.evidence_dict(), "role": "draft", "tp_rank": rank["tp_rank"],
-                             "pp_rank": rank["pp_rank"], "dp_rank": rank["dp_rank"], "pid": rank["pid"],
+                             "evidence": finding.evidence_dict(), "role": "draft", **rank_fields(rank_key(rank)),
                              "timestamp": event.get("timestamp"), "event": names.FINDING})
     in_vocab = sum(r["in_vocab"] for r in rows)
     total = sum(r["verified_tokens"] for r in rows)

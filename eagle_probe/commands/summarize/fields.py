@@ -137,6 +137,9 @@ def _survival(v) -> bool:
 
 OPT_COST_STEPS = (_optional(_cost_steps), "an object of batch buckets to objects of depths ('0', '1', ...) to lists "
                   f"of at most {MAX_COUNTS} finite numbers, or null")
+OPT_PLAIN_STEPS = (_optional(lambda v: isinstance(v, dict) and len(v) <= 64 and all(
+    _str(k) and (r is None or _counts(r)) for k, r in v.items())), "an object of batch buckets to lists of at most "
+    f"{MAX_COUNTS} finite numbers, or null")
 OPT_COST_FORWARDS = (_optional(lambda v: isinstance(v, dict) and len(v) <= 1024 and all(
     _str(k) and _counts(r) for k, r in v.items())), f"an object of forward keys to lists of at most {MAX_COUNTS} "
     "finite numbers, or null")
@@ -145,6 +148,20 @@ OPT_SURVIVAL = (_optional(_survival), f"an object of traffic classes to {{accept
 
 OPT_LAUNCH = (_optional(lambda v: isinstance(v, dict) and _str(v.get("id")) and isinstance(v.get("args", {}), dict)),
               "an object with a string id and an object of args, or null")
+
+# A rank of one run: a restarted process under a pid already read is another run (logread.LogReader numbers it).
+RANK_KEY = ("tp_rank", "pp_rank", "dp_rank", "pid", "run")
+
+
+def rank_key(item: dict) -> tuple:
+    """Which rank of which run an event, finding or rank entry belongs to."""
+    return tuple(item.get(name) for name in RANK_KEY)
+
+
+def rank_fields(key: tuple) -> dict:
+    """A rank_key as the fields of a report's entry."""
+    return dict(zip(RANK_KEY, key))
+
 
 COMMON = {"pid": OPT_INT, "tp_rank": OPT_INT, "pp_rank": OPT_INT, "dp_rank": OPT_INT, "timestamp": OPT_STR,
           "node_rank": OPT_INT, "nnodes": OPT_INT, "host": OPT_STR}
@@ -177,7 +194,7 @@ BY_EVENT = {
     names.DRAFT_FORWARD: {"mode": OPT_STR, "aux_width": OPT_INT, "fc_in": OPT_INT, "fc_ran": OPT_BOOL},
     names.DUMP_WRITTEN: {"path": OPT_STR},
     names.SPEC_COSTS: {"source": OPT_STR, "topk": OPT_INT, "steps": OPT_COST_STEPS, "forwards": OPT_COST_FORWARDS,
-                       "acceptance": OPT_SURVIVAL},
+                       "acceptance": OPT_SURVIVAL, "server": OPT_STR, "plain_steps": OPT_PLAIN_STEPS},
     names.AUX_FINGERPRINT: {
         "role": OPT_STR, "slot": OPT_INT, "step": OPT_INT, "tokens": OPT_INT, "rms": OPT_ANY_NUMBER,
         "absmax": OPT_ANY_NUMBER, "nonfinite": OPT_INT, "label": OPT_STR, "signature": OPT_SIGNATURE},

@@ -11,7 +11,7 @@ import os
 from collections import Counter
 from collections.abc import Iterable, Iterator
 
-from ...events import ONCE_PER_PROCESS
+from ...events import ONCE_PER_PROCESS, STARTED
 from .fields import field_problem
 
 SUFFIXES = (".jsonl", ".log")
@@ -115,7 +115,9 @@ class LogReader:
         self.skipped = Counter()
         self.listed = []
         self.repeated = 0  # once-only lines a rotated log's new file began with again (the very same line)
+        self.restarts = 0  # processes that started again under a pid already read (a restart in a container)
         self._once: set = set()
+        self._runs: dict[tuple, int] = {}  # (host, pid) -> its runs so far
 
     def read_paths(self, paths: Iterable[str]) -> "LogReader":
         """Raises OSError (with its filename) for a path or a directory's file that cannot be read."""
@@ -135,10 +137,24 @@ class LogReader:
                     continue
                 self._once.add(line)
             if event is not None:
+                self._mark_run(event)
                 self.events.append(event)
             else:
                 self._skip(name, number, reason, detail)
         return self
+
+    def _mark_run(self, event: dict) -> None:
+        """A process's started event comes first; another one under the same host and pid is a new process (the
+        server restarted and the pid came again): it and what follows are its run ("run": 2, 3, ...), kept apart
+        from the earlier run's, whose cumulative counts would otherwise be replaced by its own."""
+        key = (event.get("host"), event.get("pid"))
+        if event["event"] == STARTED:
+            runs = self._runs[key] = self._runs.get(key, 0) + 1
+            self.restarts += runs > 1
+        run = self._runs.get(key, 1)
+        event.pop("run", None)  # the reader's field, never the probe's
+        if run > 1:
+            event["run"] = run
 
     def _skip(self, name: str, number: int, reason: str, detail: str):
         self.skipped[reason] += 1
@@ -150,7 +166,7 @@ class LogReader:
         """How much was read and skipped, and why: the report's 'input' section."""
         skipped = sum(self.skipped.values())
         return {"files": self.files, "lines": self.lines, "events": len(self.events), "repeated": self.repeated,
-                "skipped": skipped,
+                "restarts": self.restarts, "skipped": skipped,
                 "skipped_by_reason": dict(self.skipped.most_common()), "skipped_lines": list(self.listed),
                 "skipped_not_listed": skipped - self.skipped[OTHER] - len(self.listed)}
 

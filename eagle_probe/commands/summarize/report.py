@@ -13,6 +13,7 @@ from ...analysis.traffic import HTTP_SERVER
 from .acceptance import acceptance_section
 from .causes import causes_section
 from .coverage import coverage_section
+from .fields import rank_fields, rank_key
 from .nodes import nodes_section
 from .nodes import notices as node_notices
 from .slices import slices_section
@@ -26,12 +27,10 @@ NOTICE_EVENTS = (names.CONFIG_ERROR, names.UNSUPPORTED_VERSION, names.INTEGRATIO
                  names.CUSTOM_LABEL_NOT_SLICED)
 
 
-def _rank_key(event: dict):
-    return (event.get("tp_rank"), event.get("pp_rank"), event.get("dp_rank"), event.get("pid"))
-
-
 def _sort_key(key):
-    return tuple((x is None, str(x).zfill(12) if isinstance(x, int) else str(x)) for x in key)
+    """Ranks in order, unknown ones last; a pid's runs in the order they ran (the first has no run number)."""
+    *rank, run = key
+    return tuple((x is None, str(x).zfill(12) if isinstance(x, int) else str(x)) for x in rank) + (run or 1,)
 
 
 def _group_findings(events):
@@ -130,7 +129,7 @@ def _events_by_rank(events: list) -> tuple[dict, list]:
             continue
         if (event.get("host"), event.get("pid")) in servers:
             continue
-        entry = raw[_rank_key(event)]
+        entry = raw[rank_key(event)]
         if name in _LATEST:
             entry[_LATEST[name]] = event
         elif name in _LISTED:
@@ -160,7 +159,7 @@ def _rank_section(key: tuple, entry: dict) -> dict:
     where = entry["started"] or next((e for lst in (entry["capture"], entry["forwards"], entry["acceptance"])
                                       for e in lst), {})
     return {
-        "tp_rank": key[0], "pp_rank": key[1], "dp_rank": key[2], "pid": key[3],
+        **rank_fields(key),
         "node_rank": where.get("node_rank"), "host": where.get("host"),
         "sglang_version": (entry["started"] or {}).get("sglang_version"),
         "rules": (entry["started"] or {}).get("rules"),
@@ -176,8 +175,8 @@ def _rank_section(key: tuple, entry: dict) -> dict:
 def _add_rank_findings(ranks, raw, findings):
     """Findings the report derives (event-like dicts), added to their rank's own."""
     for rank in ranks:
-        key = (rank["tp_rank"], rank["pp_rank"], rank["dp_rank"], rank["pid"])
-        mine = [f for f in findings if _rank_key(f) == key]
+        key = rank_key(rank)
+        mine = [f for f in findings if rank_key(f) == key]
         if mine:
             raw[key]["findings"] = raw[key]["findings"] + mine
             rank["findings"] = _group_findings(raw[key]["findings"])

@@ -8,10 +8,7 @@ from ... import events as names
 from ...analysis import findings as F
 from ...analysis import slices as S
 from ...analysis.traffic import HTTP_SERVER
-
-
-def _rank_key(event: dict):
-    return (event.get("tp_rank"), event.get("pp_rank"), event.get("dp_rank"), event.get("pid"))
+from .fields import rank_fields, rank_key
 
 
 def _logged_low(events) -> set:
@@ -20,7 +17,7 @@ def _logged_low(events) -> set:
     for e in events:
         evidence = e.get("evidence")
         if e.get("event") == names.FINDING and e.get("code") == F.ACCEPTANCE_SLICE_LOW and isinstance(evidence, dict):
-            out.add((_rank_key(e), evidence.get("dimension"), evidence.get("bucket")))
+            out.add((rank_key(e), evidence.get("dimension"), evidence.get("bucket")))
     return out
 
 
@@ -46,13 +43,14 @@ def slices_section(events: list) -> dict:
     last, servers = {}, {}
     for event in events:
         if event.get("event") == names.ACCEPTANCE_SLICES and isinstance(event.get("slices"), dict):
-            (servers if event.get("role") == HTTP_SERVER else last)[_rank_key(event)] = event
+            (servers if event.get("role") == HTTP_SERVER else last)[rank_key(event)] = event
     logged = _logged_low(events)
     section = {"ranks": [], "servers": [], "test": S.TEST_NAME, "findings": []}
     for key in sorted(servers, key=lambda k: tuple(str(x) for x in k)):
         event = servers[key]
         positions, low = _positions_and_low(event)
-        section["servers"].append({"pid": key[3], "host": event.get("host"), "node_rank": event.get("node_rank"),
+        section["servers"].append({"pid": key[3], "run": key[4],
+                                   "host": event.get("host"), "node_rank": event.get("node_rank"),
                                    "positions": positions, "slices": _slice_rows(event["slices"]),
                                    "requests": event.get("requests_classified") or 0, "low": low})
         _add_findings(section, key, event, low, positions, logged, HTTP_SERVER)
@@ -60,7 +58,7 @@ def slices_section(events: list) -> dict:
         event = last[key]
         positions, low = _positions_and_low(event)
         section["ranks"].append({
-            "tp_rank": key[0], "pp_rank": key[1], "dp_rank": key[2], "pid": key[3], "positions": positions,
+            **rank_fields(key), "positions": positions,
             "slices": _slice_rows(event["slices"]), "request_accept_length": event.get("request_accept_length") or {},
             "requests": event.get("requests") or 0, "low": low})
         _add_findings(section, key, event, low, positions, logged, "target")
@@ -83,8 +81,8 @@ def _add_findings(section: dict, key, event: dict, low: list, positions: int, lo
         finding = S.slice_low_finding(item, positions)
         section["findings"].append({
             "code": finding.code, "severity": finding.severity, "message": finding.message,
-            "evidence": finding.evidence_dict(), "role": role, "tp_rank": key[0], "pp_rank": key[1],
-            "dp_rank": key[2], "pid": key[3], "timestamp": event.get("timestamp"), "event": names.FINDING})
+            "evidence": finding.evidence_dict(), "role": role, **rank_fields(key),
+            "timestamp": event.get("timestamp"), "event": names.FINDING})
 
 
 def _dp_place(event: dict):
@@ -129,8 +127,8 @@ def _add_dp_ranks(section: dict, last: dict):
         finding = S.slice_low_finding(item, positions)
         section["findings"].append({
             "code": finding.code, "severity": finding.severity, "message": finding.message,
-            "evidence": finding.evidence_dict(), "role": "target", "tp_rank": key[0], "pp_rank": key[1],
-            "dp_rank": key[2], "pid": key[3], "timestamp": last[key].get("timestamp"), "event": names.FINDING})
+            "evidence": finding.evidence_dict(), "role": "target", **rank_fields(key),
+            "timestamp": last[key].get("timestamp"), "event": names.FINDING})
 
 
 def _slice_lines(row: dict, with_lengths: bool = False) -> list[str]:

@@ -3,6 +3,7 @@ sections that span ranks (training, slices, speculation, values) and what was re
 
 from .acceptance import render_acceptance_text
 from .coverage import render_coverage_line
+from .fields import rank_key
 from .nodes import render_nodes_text
 from .slices import render_slices_text
 from .speculation import render_speculation_text
@@ -56,7 +57,8 @@ def _rank_lines(rank: dict, report: dict) -> list:
 def _rank_heading(rank: dict) -> str:
     node = "" if rank.get("node_rank") is None else f"node_rank={rank['node_rank']} "
     return (f"== {node}tp_rank={rank['tp_rank']} pp_rank={rank['pp_rank']} dp_rank={rank['dp_rank']} "
-            f"pid={rank['pid']}" + (f" host {rank['host']}" if rank.get("host") else "")
+            f"pid={rank['pid']}" + (f" run {rank['run']} (restarted under the same pid)" if rank.get("run") else "")
+            + (f" host {rank['host']}" if rank.get("host") else "")
             + (f" sglang {rank['sglang_version']}" if rank["sglang_version"] else ""))
 
 
@@ -132,8 +134,7 @@ def _finding_lines(rank: dict, report: dict) -> list:
 def _no_findings(rank: dict, report: dict) -> str:
     """A rank without findings of its own; never a bare 'findings: none' over acceptance below training."""
     training = report.get("training") or {}
-    below = [r for r in training.get("ranks") or [] if r["below"] and r["pid"] == rank["pid"]
-             and r["tp_rank"] == rank["tp_rank"]]
+    below = [r for r in training.get("ranks") or [] if r["below"] and rank_key(r) == rank_key(rank)]
     if below:
         return (f"  findings: none on this rank, but acceptance is below what training promised "
                 f"({below[0]['served_over_promised']:.0%}); findings elsewhere that may explain it: "
@@ -148,6 +149,9 @@ def input_lines(stats) -> list:
     why = ", ".join(f"{reason}: {n}" for reason, n in stats["skipped_by_reason"].items())
     out = [f"input: {stats['files']} file(s), {stats['lines']} line(s): {stats['events']} probe event(s), "
            f"{stats['skipped']} skipped" + (f" ({why})" if why else "")]
+    if stats.get("restarts"):
+        out.append(f"  {stats['restarts']} process(es) started again under a pid already read: each run is "
+                   f"counted apart (run 2, 3, ...)")
     out += [f"  skipped {s['file']}:{s['line']}: {s['reason']}" for s in stats["skipped_lines"]]
     if stats["skipped_not_listed"]:
         out.append(f"  ... and {stats['skipped_not_listed']} more skipped line(s) not listed")

@@ -15,6 +15,7 @@ from ...analysis import findings as F
 from ...analysis.acceptance import accuracy_for_mean_length
 from ...analysis.training_gap import below_training_finding, compare
 from ...analysis.vocab_map import vocab_map_findings
+from .fields import rank_fields, rank_key
 
 # Findings that can explain acceptance below the promise: everything of severity warning or error except the
 # acceptance verdicts themselves.
@@ -244,8 +245,7 @@ def training_section(events: list, report: dict, option=None) -> dict:
         if comparison is None:
             continue
         where = f"tp_rank {rank['tp_rank']}" if rank["tp_rank"] is not None else f"pid {rank['pid']}"
-        section["ranks"].append(dict(comparison, tp_rank=rank["tp_rank"], pp_rank=rank["pp_rank"],
-                                     dp_rank=rank["dp_rank"], pid=rank["pid"], where=where))
+        section["ranks"].append(dict(comparison, **rank_fields(rank_key(rank)), where=where))
     below = [r for r in section["ranks"] if r["below"]]
     if not below or causes:
         return section
@@ -256,16 +256,14 @@ def training_section(events: list, report: dict, option=None) -> dict:
         last = (report_rank(report, row).get("acceptance") or {}).get("last") or {}
         section["findings"].append({
             "code": finding.code, "severity": finding.severity, "message": finding.message,
-            "evidence": finding.evidence_dict(), "role": "target", "tp_rank": row["tp_rank"],
-            "pp_rank": row["pp_rank"], "dp_rank": row["dp_rank"], "pid": row["pid"],
+            "evidence": finding.evidence_dict(), "role": "target", **rank_fields(rank_key(row)),
             "timestamp": last.get("timestamp"), "event": names.FINDING})
     return section
 
 
 def report_rank(report, row) -> dict:
     for rank in report["ranks"]:
-        if (rank["tp_rank"], rank["pp_rank"], rank["dp_rank"], rank["pid"]) == \
-                (row["tp_rank"], row["pp_rank"], row["dp_rank"], row["pid"]):
+        if rank_key(rank) == rank_key(row):
             return rank
     return {}
 

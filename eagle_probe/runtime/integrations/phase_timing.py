@@ -5,6 +5,9 @@ eagle_worker.py's wrapper); and, from runner_paths.py, the target's decode, veri
 (`ModelRunner.forward`), the points of its cost fit; and SGLang's own DeviceTimer, whose intervals a CUDA worker
 reads instead of its own events where SGLang runs it (SGLANG_ENABLE_METRICS_DEVICE_TIMER=1).
 
+On a server without speculation, the scheduler's decode steps on the target worker
+(`TpModelWorker.forward_batch_generation`) are timed the same way, as plain steps.
+
 Each wrapper makes clock marks only (a host time, or a CUDA event recorded on the current stream); nothing reads the
 device here. The step's depth is read after it ran (adaptive depth switches the worker's state inside it). A prefill
 through the worker breaks the run of back-to-back steps whose period is measured. Rows of the version table without
@@ -65,6 +68,47 @@ def step_wrapper(wrapped, instance, args, kwargs):
                 timer.end(step, depth if isinstance(depth, int) else -1)
             except Exception as exc:
                 STATE.report_error("phase_timing.step", exc)
+
+
+def _plain_begin(costs, worker, args, kwargs):
+    """A plain decode step's mark, on a server without speculation only: the scheduler hands the target worker its
+    batch (a ScheduleBatch, or a ModelWorkerBatch in older releases) with no speculative algorithm; a speculative
+    server's target forwards come from its EAGLE worker, and its draft worker is a draft."""
+    batch = args[0] if args else kwargs.get("batch", kwargs.get("model_worker_batch"))
+    if batch is None or getattr(worker, "is_draft_worker", False):
+        return None, None
+    algorithm = getattr(batch, "spec_algorithm", None)
+    if algorithm is not None and not algorithm.is_none():
+        return None, None
+    timer = costs.plain_timer_for(worker)
+    if timer is None:
+        return None, None
+    if not batch.forward_mode.is_decode():
+        timer.interrupt()
+        return None, None
+    reqs = getattr(batch, "reqs", None)
+    return timer, timer.begin(len(reqs) if reqs is not None else int(batch.seq_lens.shape[0]))
+
+
+def plain_step_wrapper(wrapped, instance, args, kwargs):
+    """The scheduler's decode step on a server without speculation: its time and the period between steps, the
+    measured plain step that `eagle-probe advise` compares a speculative server's steps with (depth 0, no phases)."""
+    costs = _costs()
+    if costs is None:
+        return wrapped(*args, **kwargs)
+    timer = step = None
+    try:
+        timer, step = _plain_begin(costs, instance, args, kwargs)
+    except Exception as exc:
+        STATE.report_error("phase_timing.plain_step", exc)
+    try:
+        return wrapped(*args, **kwargs)
+    finally:
+        if step is not None:
+            try:
+                timer.end(step, 0)
+            except Exception as exc:
+                STATE.report_error("phase_timing.plain_step", exc)
 
 
 def timed_phase(phase: str, wrapped, args, kwargs):
@@ -139,6 +183,8 @@ INTEGRATION = Integration("phase_timing", (
                 observes="the draft phase's time"),
     PatchTarget(WORKER_MODULE, versions.WORKER_VERIFY_HOOK, verify_wrapper, rows_only=True,
                 observes="the verify phase's time"),
+    PatchTarget(versions.PLAIN_WORKER_MODULE, versions.PLAIN_STEP_HOOK, plain_step_wrapper,
+                observes="on a server without speculation: each decode step's time and period (the plain step)"),
     PatchTarget(versions.DEVICE_TIMER_MODULE, versions.DEVICE_TIMER_HOOK, device_timer_wrapper,
                 observes="SGLang's own device time of each forward, where its device timer runs"),
 ))

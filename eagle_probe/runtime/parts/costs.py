@@ -19,6 +19,7 @@ class Costs(Part):
         super().__init__(recorder)
         self.enabled = self.config.phase_timing == "on"
         self.timer: StepTimer | None = None
+        self.plain = False  # the timer times a server without speculation: its decode steps are plain steps
         self.topk = None
         self._sent: dict[tuple[str, str], float] = {}  # (bucket, phase) -> seconds already in the series
         self._sent_steps: dict[str, int] = {}
@@ -26,14 +27,23 @@ class Costs(Part):
         self._flushed_updates, self._speedups_new = -1, False
 
     def timer_for(self, worker) -> StepTimer | None:
-        """The step timer, made on the worker's first decode step (its device picks the clock)."""
+        """The step timer, made on the EAGLE worker's first decode step (its device picks the clock)."""
         timer = self.timer
         if timer is None and self.enabled:
-            device = str(getattr(worker, "device", "cpu"))
-            timer = self.timer = StepTimer(choose_clock(device.startswith("cuda"), _forward_timer(worker)))
+            timer = self.timer = StepTimer(_clock(worker, _forward_timer(worker)))
             topk = getattr(worker, "topk", None)
             self.topk = topk if isinstance(topk, int) else None
-        return timer
+        return timer if not self.plain else None
+
+    def plain_timer_for(self, worker) -> StepTimer | None:
+        """The step timer of a server without speculation, made on the target worker's first plain decode step;
+        None in a speculative server (its steps are the EAGLE worker's)."""
+        timer = self.timer
+        if timer is None and self.enabled:
+            timer = self.timer = StepTimer(_clock(worker, getattr(getattr(worker, "model_runner", None),
+                                                                  "device_timer", None)))
+            self.plain = True
+        return timer if self.plain else None
 
     @property
     def source(self) -> str | None:
@@ -44,8 +54,8 @@ class Costs(Part):
             self.timer.resolve()
 
     def flush(self, metrics):
-        if self.timer is None:
-            return
+        if self.timer is None or self.plain:
+            return  # a plain server's steps are a reference for advise, not speculation's phases
         self.timer.resolve()
         if self.timer.counts.updates == self._flushed_updates and not self._speedups_new:
             return  # no step counted and no estimate made since the last flush: nothing to send
@@ -70,6 +80,12 @@ class Costs(Part):
         counts = self.timer.snapshot()
         if not counts["steps"]:
             return
+        if self.plain:
+            steps = counts.pop("steps")
+            self.out.emit("info", SPEC_COSTS, role="target", source=self.source, server="plain", steps={},
+                          plain_steps={bucket: depths.get("0") for bucket, depths in steps.items()}, **counts,
+                          dropped=self.timer.dropped)
+            return
         fields = {"source": self.source, "topk": self.topk, **counts, "acceptance": self._acceptance(),
                   "dropped": self.timer.dropped}
         report = speculation_cost.estimate(fields)
@@ -87,6 +103,11 @@ class Costs(Part):
         if slices is not None:
             out.update(sampled_traffic.survival(slices.snapshot()["slices"].get(SAMPLING)))
         return out
+
+
+def _clock(worker, forward_timer):
+    device = str(getattr(worker, "device", "cpu"))
+    return choose_clock(device.startswith("cuda"), forward_timer)
 
 
 def _forward_timer(worker):
