@@ -13,7 +13,8 @@ DRAFT_LOADED = "eagle_probe.draft.loaded"
 DRAFT_FORWARD = "eagle_probe.draft.forward"
 ACCEPTANCE = "eagle_probe.acceptance"
 VOCAB_COVERAGE = "eagle_probe.draft.vocab_coverage"
-AUX_FINGERPRINT = "eagle_probe.aux.fingerprint"
+AUX_FINGERPRINT = "eagle_probe.aux.fingerprint"  # one slot: what the reader gives for each slot of the line below
+AUX_FINGERPRINTS = "eagle_probe.aux.fingerprints"  # one sampled forward's slots, one line
 DUMP_WRITTEN = "eagle_probe.dump.written"
 DUMP_STOPPED = "eagle_probe.dump.stopped"
 FINDING = "eagle_probe.finding"
@@ -122,14 +123,19 @@ CATALOGUE = {
         "requests_classified: finished requests counted by traffic class (role http_server: SGLang's HTTP server "
         "process, dimensions entry and label:KEY)",
         "low: the slices `acceptance_slice_low` names", "test")),
-    AUX_FINGERPRINT: Event("a sampled forward's slot: on first sight, once per `EAGLE_PROBE_SUMMARY_INTERVAL_S` (the "
-                           "same forward on every rank: the bucket comes from the wall clock), and when it moved "
-                           "(rms by 20 %, signature cosine under 0.9)", (
-        "role: target, the aux states returned; draft, its input on target-fed forwards", "slot", "capture_index",
-        "hf_index", "label", "mode", "step: the model's forward count in this process, equal across TP ranks",
-        "tokens", "width", "rms", "mean", "absmax", "nonfinite", "signature: 32 numbers",
+    AUX_FINGERPRINTS: Event("a sampled forward, one line for its slots: every slot on first sight and once per "
+                            "`EAGLE_PROBE_SUMMARY_INTERVAL_S` (the same forward on every rank: the bucket comes from "
+                            "the wall clock), a slot also when it moved (rms by 20 %, signature cosine under 0.9)", (
+        "role: target, the aux states returned; draft, its input on target-fed forwards", "mode",
+        "step: the model's forward count in this process, equal across TP ranks", "tokens",
         "source: worker (the states the target handed the EAGLE worker, on every path, graphs included; step: the "
-        "worker's count of target forwards) or forward (the inner model forward's, eager forwards only)")),
+        "worker's count of target forwards) or forward (the inner model forward's, eager forwards only)",
+        "slots: one object per slot logged: slot, capture_index (the HF hidden_states index), label, width, rms, "
+        "mean, absmax (6 significant digits), nonfinite, signature (32 numbers)")),
+    AUX_FINGERPRINT: Event("one slot of a sampled forward, as `summarize` reads each slot of the line above; "
+                           "earlier builds of the probe wrote one such line per slot, and are read the same", (
+        "role", "slot", "capture_index", "hf_index: the capture index", "label", "mode", "step", "tokens", "width",
+        "rms", "mean", "absmax", "nonfinite", "signature", "source")),
     DUMP_WRITTEN: Event("a dump file is complete", ("path", "bytes")),
     DUMP_STOPPED: Event("dumps stop for good in this process (once)", (
         "reason: cap, full, file_size_limit, unwritable, error", "error", "directory", "message")),

@@ -59,24 +59,13 @@ SPEC_POSITIONS = 2  # the "map" case's chain: 2 speculative steps
 
 
 def probe_events(log_dir, event=None):
-    """The probe's JSON lines under log_dir (every *.jsonl), optionally of one event kind; [] without the dir."""
-    import json
+    """The probe's events under log_dir as summarize reads them (a fingerprints line gives one event per slot),
+    optionally of one event kind; [] without the dir."""
+    from eagle_probe.commands.summarize.logread import read_events
 
-    out = []
     if not os.path.isdir(log_dir):
-        return out
-    for name in sorted(os.listdir(log_dir)):
-        if not name.endswith(".jsonl"):
-            continue
-        with open(os.path.join(log_dir, name), encoding="utf-8") as handle:
-            for line in handle:
-                try:
-                    record = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(record, dict) and (event is None or record.get("event") == event):
-                    out.append(record)
-    return out
+        return []
+    return [e for e in read_events([str(log_dir)]) if event is None or e.get("event") == event]
 
 
 def metric_samples(text, name):

@@ -13,6 +13,7 @@ from safetensors import safe_open
 
 import eagle_probe
 from eagle_probe.analysis.fingerprints import cosine
+from eagle_probe.commands.summarize.logread import read_events
 from eagle_probe.dump_format import FORMAT_VERSION
 from eagle_probe.runtime.state import STATE
 from eagle_probe.runtime.values.fingerprint import projection
@@ -28,12 +29,7 @@ EVERY_FORWARD = {"EAGLE_PROBE_FINGERPRINT_INTERVAL_S": "1e-9"}  # a new sampling
 def events(log_dir, name=None):
     if STATE.recorder is not None:
         STATE.recorder.drain()  # the fingerprints the flush thread has not read yet
-    out = []
-    for file in sorted(os.listdir(log_dir)):
-        if file.endswith(".jsonl"):
-            with open(os.path.join(log_dir, file)) as handle:
-                out += [json.loads(line) for line in handle if line.strip()]
-    return [e for e in out if name is None or e["event"] == name]
+    return [e for e in read_events([str(log_dir)]) if name is None or e["event"] == name]
 
 
 def full():

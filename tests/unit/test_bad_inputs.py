@@ -21,7 +21,7 @@ from eagle_probe.analysis import batch_buckets
 from eagle_probe.commands.cli import main
 from eagle_probe.commands.summarize import fields, logread
 from eagle_probe.commands.summarize.html_report import render_html
-from eagle_probe.commands.summarize.logread import LogReader
+from eagle_probe.commands.summarize.logread import BAD_SLOT, LogReader
 from eagle_probe.commands.summarize.report import build_report, render_text
 from eagle_probe.config import SETTINGS, ConfigError, ProbeConfig, load_config
 
@@ -537,8 +537,10 @@ def test_log_reader_takes_any_bytes(lines, final_newline):
     reader = LogReader().read_stream(io.BytesIO(data), "prop.jsonl")
     stats = reader.stats()
     assert stats["lines"] == count_lines(data)
-    # every line parsed, counted as skipped, or a once-only line read again (a rotated file begins with them)
-    assert stats["lines"] == stats["events"] + stats["skipped"] + stats["repeated"]
+    # every line parsed, counted as skipped, or a once-only line read again (a rotated file begins with them); a
+    # fingerprints line gives an event per slot, and a slot of the wrong type is skipped alone
+    skipped_lines = stats["skipped"] - stats["skipped_by_reason"].get(BAD_SLOT, 0)
+    assert stats["lines"] == stats["probe_lines"] + skipped_lines + stats["repeated"]
     assert stats["skipped"] == sum(stats["skipped_by_reason"].values())
     report = build_report(reader.events, stats)  # and what was kept renders in every format
     render_text(report).encode("utf-8", "backslashreplace")
@@ -582,6 +584,10 @@ OF_TYPE = {
                                                          "accepted": st.none() | POSITION_COUNTS,
                                                          "drafted": st.none() | POSITION_COUNTS}), max_size=3),
 }
+# a fingerprints line's slots: each is read as an aux.fingerprint event, so its fields are of that event's types
+OF_TYPE[fields.FINGERPRINT_SLOTS] = st.lists(st.fixed_dictionaries({}, optional={
+    key: OF_TYPE[kind] for key, kind in fields.BY_EVENT["eagle_probe.aux.fingerprint"].items()}), min_size=1,
+    max_size=3)
 
 
 @st.composite
@@ -732,3 +738,16 @@ def test_load_config_with_many_variables(env):
         load_config(env)
     except ConfigError as exc:
         assert exc.variable in env
+
+
+def test_a_fingerprints_line_is_an_event_per_slot_and_a_bad_slot_is_skipped_alone():
+    line = {"event": "eagle_probe.aux.fingerprints", "pid": 7, "tp_rank": 1, "role": "draft", "mode": "DECODE",
+            "step": 9, "tokens": 4, "source": "worker",
+            "slots": [{"slot": 0, "capture_index": None, "rms": 1.0, "absmax": 2.0, "signature": [0.5]},
+                      {"slot": "1", "rms": 1.0}, {"slot": 2, "capture_index": 5, "rms": 3.0, "absmax": 4.0}]}
+    reader = LogReader().read_stream(io.BytesIO((json.dumps(line) + "\n").encode()), "fp.jsonl")
+    assert [(e["event"], e["slot"], e["hf_index"], e["tp_rank"], e["step"], e["role"]) for e in reader.events] == [
+        ("eagle_probe.aux.fingerprint", 0, None, 1, 9, "draft"), ("eagle_probe.aux.fingerprint", 2, 5, 1, 9, "draft")]
+    stats = reader.stats()
+    assert (stats["lines"], stats["probe_lines"], stats["skipped_by_reason"]) == (1, 1, {BAD_SLOT: 1})
+    assert stats["skipped_lines"][0]["reason"].startswith(f"{BAD_SLOT}: slot '1': field 'slot' must be")

@@ -105,6 +105,8 @@ MIX = (_absent_or(_list_of(_mix_row)), "a list of objects with string path, stri
 
 OPT_ANY_NUMBER = (_optional(lambda v: _int(v) or isinstance(v, float)), "a number (NaN and Infinity allowed: a "
                   "non-finite slot) or null")
+FINGERPRINT_SLOTS = (_optional(lambda v: isinstance(v, list) and len(v) <= MAX_POSITIONS and all(
+    isinstance(s, dict) for s in v)), f"a list of at most {MAX_POSITIONS} objects (one per slot), or null")
 OPT_SIGNATURE = (_optional(lambda v: isinstance(v, list) and len(v) <= MAX_POSITIONS
                            and all(_int(x) or isinstance(x, float) for x in v)),
                  f"a list of at most {MAX_POSITIONS} numbers, or null")
@@ -198,6 +200,8 @@ BY_EVENT = {
     names.AUX_FINGERPRINT: {
         "role": OPT_STR, "slot": OPT_INT, "step": OPT_INT, "tokens": OPT_INT, "rms": OPT_ANY_NUMBER,
         "absmax": OPT_ANY_NUMBER, "nonfinite": OPT_INT, "label": OPT_STR, "signature": OPT_SIGNATURE},
+    # each slot is checked as an AUX_FINGERPRINT once the reader made it one (logread.fingerprint_slots)
+    names.AUX_FINGERPRINTS: {"role": OPT_STR, "step": OPT_INT, "tokens": OPT_INT, "slots": FINGERPRINT_SLOTS},
 }
 
 

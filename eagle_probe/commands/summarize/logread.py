@@ -11,7 +11,7 @@ import os
 from collections import Counter
 from collections.abc import Iterable, Iterator
 
-from ...events import ONCE_PER_PROCESS, STARTED
+from ...events import AUX_FINGERPRINT, AUX_FINGERPRINTS, ONCE_PER_PROCESS, STARTED
 from .fields import field_problem
 
 SUFFIXES = (".jsonl", ".log")
@@ -24,6 +24,7 @@ BAD_JSON = "invalid JSON"
 BINARY = "binary data"
 TOO_LONG = "line too long"
 BAD_FIELD = "wrong field type"
+BAD_SLOT = "fingerprint slot of a wrong field type"  # one slot of a line left out, the line's others read
 
 _DECODER = json.JSONDecoder()
 
@@ -105,6 +106,19 @@ def parse_line(line) -> tuple:
     return record, None, None
 
 
+def fingerprint_slots(line: dict) -> list[dict]:
+    """A sampled forward's one line, as one AUX_FINGERPRINT event per slot (the forward's fields, the line's rank
+    fields and the slot's own): the form summarize reads, and earlier builds of the probe wrote."""
+    shared = {k: v for k, v in line.items() if k != "slots"}
+    shared["event"] = AUX_FINGERPRINT
+    out = []
+    for slot in line.get("slots") or ():
+        event = {**shared, **slot, "event": AUX_FINGERPRINT}
+        event["hf_index"] = event.get("capture_index")
+        out.append(event)
+    return out
+
+
 class LogReader:
     """Events from log files or streams; every other line counted by reason, the first ones listed."""
 
@@ -112,6 +126,7 @@ class LogReader:
         self.events = []
         self.files = 0
         self.lines = 0
+        self.probe_lines = 0  # lines that held a probe event (a fingerprints line holds several)
         self.skipped = Counter()
         self.listed = []
         self.repeated = 0  # once-only lines a rotated log's new file began with again (the very same line)
@@ -136,12 +151,26 @@ class LogReader:
                     self.repeated += 1
                     continue
                 self._once.add(line)
-            if event is not None:
+            if event is not None and event["event"] == AUX_FINGERPRINTS:
+                self._add_slots(event, name, number)
+            elif event is not None:
+                self.probe_lines += 1
                 self._mark_run(event)
                 self.events.append(event)
             else:
                 self._skip(name, number, reason, detail)
         return self
+
+    def _add_slots(self, line: dict, name: str, number: int) -> None:
+        """Each slot of a fingerprints line as its own event; a slot of the wrong type is skipped, the others kept."""
+        self.probe_lines += 1
+        for event in fingerprint_slots(line):
+            problem = field_problem(event)
+            if problem:
+                self._skip(name, number, BAD_SLOT, f"slot {event.get('slot')!r}: {problem}")
+                continue
+            self._mark_run(event)
+            self.events.append(event)
 
     def _mark_run(self, event: dict) -> None:
         """A process's started event comes first; another one under the same host and pid is a new process (the
@@ -165,7 +194,8 @@ class LogReader:
     def stats(self) -> dict:
         """How much was read and skipped, and why: the report's 'input' section."""
         skipped = sum(self.skipped.values())
-        return {"files": self.files, "lines": self.lines, "events": len(self.events), "repeated": self.repeated,
+        return {"files": self.files, "lines": self.lines, "probe_lines": self.probe_lines,
+                "events": len(self.events), "repeated": self.repeated,
                 "restarts": self.restarts, "skipped": skipped,
                 "skipped_by_reason": dict(self.skipped.most_common()), "skipped_lines": list(self.listed),
                 "skipped_not_listed": skipped - self.skipped[OTHER] - len(self.listed)}

@@ -5,7 +5,7 @@ from ...analysis import findings as rules_mod
 from ...analysis.fingerprints import identical, moved, reference_mismatch
 from ...analysis.layers import capture_label
 from ...config import read_reference
-from ...events import AUX_FINGERPRINT
+from ...events import AUX_FINGERPRINTS
 from ...observations import AuxFingerprint
 from ..sinks.metrics import MetricsSink
 from ..values.sampler import FingerprintSampler, deliver_ready
@@ -16,6 +16,11 @@ def slot_label(fp: AuxFingerprint, num_layers) -> str:
     if fp.capture_index is None:
         return f"draft input slot {fp.slot}"
     return capture_label(fp.capture_index, num_layers)
+
+
+def _short(value: float) -> float:
+    """6 significant digits: what a reader compares (changes of 20 %, cosines), in a third of the characters."""
+    return float(f"{value:.6g}")
 
 
 class Values(Part):
@@ -85,19 +90,23 @@ class Values(Part):
                 source=f"signature against EAGLE_PROBE_REFERENCE, rms ratio {mismatch['rms_ratio']:.3g}"), fp.role)
 
     def _log(self, prints, context):
-        """Every slot on first sight and once per summary interval (on the same forward on every rank: the bucket
-        comes from the wall clock), a single slot also when it moved beyond the change tolerance."""
+        """One line for the forward's slots: every slot on first sight and once per summary interval (on the same
+        forward on every rank: the bucket comes from the wall clock), a slot also when it moved beyond the change
+        tolerance. One line, not one per slot: the rank's fields and the forward's are written once."""
         bucket = int(context.wall // self.config.summary_interval_s)
         log_all = self._bucket.get((context.role, context.source)) != bucket
         self._bucket[(context.role, context.source)] = bucket
+        slots = []
         for fp in prints:
             key = (fp.role, fp.slot, context.source)
             last = self._logged.get(key)
             if not (log_all or last is None or moved(last, (fp.rms, fp.signature))):
                 continue
             self._logged[key] = (fp.rms, fp.signature)
-            self.out.emit("info", AUX_FINGERPRINT, role=fp.role, slot=fp.slot, capture_index=fp.capture_index,
-                          hf_index=fp.capture_index, label=slot_label(fp, context.num_layers), mode=fp.mode,
-                          step=fp.step, tokens=fp.tokens, width=fp.width, rms=fp.rms, mean=fp.mean,
-                          absmax=fp.absmax, nonfinite=fp.nonfinite, signature=[round(v, 6) for v in fp.signature],
-                          source=context.source)
+            slots.append({"slot": fp.slot, "capture_index": fp.capture_index,
+                          "label": slot_label(fp, context.num_layers), "width": fp.width, "rms": _short(fp.rms),
+                          "mean": _short(fp.mean), "absmax": _short(fp.absmax), "nonfinite": fp.nonfinite,
+                          "signature": [round(v, 6) for v in fp.signature]})
+        if slots:
+            self.out.emit("info", AUX_FINGERPRINTS, role=context.role, mode=context.mode, step=context.step,
+                          tokens=context.tokens, source=context.source, slots=slots)
