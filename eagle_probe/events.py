@@ -88,7 +88,10 @@ CATALOGUE = {
         "positions", "mean_accepted_drafts", "mean_accept_length: bonus included", "per_position_rate",
         "conditional_rate: accepted at k given k-1", "accept_length_histogram",
         "expected_mean_accept_length: with `EAGLE_PROBE_DRAFT_ACCURACY`", "observed_over_expected",
-        "expected_per_position_rate", "draft_accuracy: the per-position accuracies given", "total: since start",
+        "expected_per_position_rate", "draft_accuracy: the per-position accuracies given",
+        "total: since start, the same counts as the window's (steps, drafts, draft_tokens, accepted_tokens, "
+        "per-position and per-depth counts, histogram): `summarize` reads them where the earlier windows are missing "
+        "(rotated away)",
         "read_at: the SGLang function whose result was read (the release's acceptance hook)")),
     VOCAB_COVERAGE: Event("every `EAGLE_PROBE_SUMMARY_INTERVAL_S` while sampled verify steps run, and at exit", (
         "in_vocab: running total of the sampled steps' committed tokens inside the draft's vocabulary",

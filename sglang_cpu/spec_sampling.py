@@ -183,3 +183,28 @@ def accept_length_distribution_from_record(record):
     table = torch.tensor(record["child_probs"])
     return accept_length_distribution(table, list(range(n)), record["next_token"], record["next_sibling"],
                                       record["num_spec"])
+
+
+# -- the renormalisations a sampled verify applies when its batch asks for top-k or top-p (test-only, CPU) ---------
+# SGLang 0.5.23's eagle_sample calls `top_k_renorm_prob` / `top_p_renorm_prob` (flashinfer's top_k_renorm_probs and
+# top_p_renorm_probs on CUDA; None here) whenever a request of the batch sets them, and a greedy request does (its
+# temperature 0 is served as top_k 1): a batch of greedy and sampled requests needs both. Their contract: keep the
+# probabilities at or above the k-th largest (top-k), or the largest ones whose mass before them is under p
+# (top-p), zero the rest, renormalise each row to 1.
+
+def top_k_renorm_prob(probs: torch.Tensor, top_ks: torch.Tensor) -> torch.Tensor:
+    ranked = probs.sort(dim=-1, descending=True).values
+    k = top_ks.to(torch.long).clamp(1, probs.shape[-1]).view(-1, 1)
+    pivot = ranked.gather(-1, k - 1)
+    kept = torch.where(probs >= pivot, probs, torch.zeros_like(probs))
+    return kept / kept.sum(dim=-1, keepdim=True)
+
+
+def top_p_renorm_prob(probs: torch.Tensor, top_ps: torch.Tensor) -> torch.Tensor:
+    ranked, order = probs.sort(dim=-1, descending=True)
+    before = ranked.cumsum(dim=-1) - ranked  # the mass of the larger ones
+    keep_ranked = before < top_ps.to(probs.dtype).view(-1, 1)
+    keep_ranked[..., 0] = True
+    keep = torch.zeros_like(keep_ranked).scatter(-1, order, keep_ranked)
+    kept = torch.where(keep, probs, torch.zeros_like(probs))
+    return kept / kept.sum(dim=-1, keepdim=True)

@@ -37,10 +37,12 @@ What is patched:
    platform (no CUDA, no CPU engine); the verify window ``req_to_token[seq_len:seq_len + n]`` is gathered in torch
    instead (a chain verify never calls it: its window comes from the draft's plan).
 6. Sampled verify: ``eagle_utils.tree_speculative_sampling_target_only`` (None off CUDA) becomes the torch rule of
-   ``sglang_cpu.spec_sampling`` (with ``SGLANG_CPU_SPEC_SAMPLING_DUMP=FILE`` also recording each call's tree and
-   probabilities). ``murmur_hash32`` on CPU tensors (seeded coins) runs SGLang's Triton kernel when the CPU
-   engine's op is missing; a server only seeds coins with ``--enable-deterministic-inference``, which 0.5.23
-   refuses for torch_native, so sampled CPU servers use torch.rand coins.
+   ``sglang_cpu.spec_sampling``, and so do ``top_k_renorm_prob`` / ``top_p_renorm_prob`` (None off CUDA too; a
+   batch of greedy and sampled requests calls them); ``SGLANG_CPU_SPEC_SAMPLING_DUMP=FILE`` also records each tree
+   sampling call's tree and probabilities. ``murmur_hash32`` on CPU tensors (seeded coins) runs SGLang's Triton
+   kernel when the CPU engine's op is missing; a server only seeds coins with
+   ``--enable-deterministic-inference``, which 0.5.23 refuses for torch_native, so sampled CPU servers use
+   torch.rand coins.
 (``MHATokenToKVPool._init_kv_copy_and_warmup`` is already a no-op through ``shims.apply()``.)
 """
 
@@ -387,6 +389,12 @@ def _install_tree_sampling(module):
         fn = spec_sampling.tree_speculative_sampling_target_only
         dump = os.environ.get(spec_sampling.DUMP_ENV, "")
         module.tree_speculative_sampling_target_only = spec_sampling.recording(fn, dump) if dump else fn
+    # a batch of greedy (top_k 1) and sampled requests renormalises by top-k / top-p first: None off CUDA too
+    from sglang_cpu import spec_sampling
+
+    for name in ("top_k_renorm_prob", "top_p_renorm_prob"):
+        if hasattr(module, name) and getattr(module, name) is None:
+            setattr(module, name, getattr(spec_sampling, name))
 
 
 def apply() -> None:

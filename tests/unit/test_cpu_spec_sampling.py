@@ -259,3 +259,18 @@ def test_tree_draft_decode_rows_read_their_branch_slots():
             slots = torch.cat([req_to_token[p, :s], req_to_token[p, s + j * num_steps + torch.arange(step + 1)]])
             want = _attend(q[b * topk + j].view(heads, dim), pool.k[slots], pool.v[slots], layer.scaling)
             torch.testing.assert_close(out[b * topk + j], want, rtol=1e-5, atol=1e-5)
+
+
+def test_top_k_and_top_p_renormalise_each_row_by_its_own_setting():
+    from sglang_cpu.spec_sampling import top_k_renorm_prob, top_p_renorm_prob
+
+    probs = torch.tensor([[0.5, 0.2, 0.2, 0.1], [0.1, 0.6, 0.3, 0.0], [0.25, 0.25, 0.25, 0.25]])
+    # top_k 1 (a greedy request in a sampled batch) keeps the largest; ties at the pivot are all kept
+    got = top_k_renorm_prob(probs, torch.tensor([1, 2, 2]))
+    assert torch.allclose(got, torch.tensor([[1.0, 0, 0, 0], [0, 2 / 3, 1 / 3, 0], [0.25, 0.25, 0.25, 0.25]]))
+    # top_p keeps the largest whose mass before them is under p (at least one)
+    got = top_p_renorm_prob(probs, torch.tensor([0.6, 0.95, 0.1]))
+    assert torch.allclose(got.sum(dim=-1), torch.ones(3))
+    assert got[0, 2:].sum() == 0 and got[0, 0] == pytest.approx(0.5 / 0.7)
+    assert torch.allclose(got[1], torch.tensor([0.1, 0.6, 0.3, 0.0]))
+    assert (got[2] > 0).sum() == 1

@@ -111,3 +111,40 @@ def test_a_process_with_a_reused_pid_numbers_after_the_files_there(tmp_path):
     reader = LogReader().read_paths([str(tmp_path)])
     lost = [e["captures_lost"] for e in reader.events if e["event"] == events.SUMMARY]
     assert lost == list(range(100)) * 2  # both runs, in order
+
+
+def test_summarize_takes_the_running_total_where_early_windows_were_rotated_away(tmp_path, capsys):
+    """The kept file holds the last two windows of a run whose first windows were in a removed file: the totals are
+    the last event's running total (the whole run), not the kept windows' sum."""
+    import json
+
+    from eagle_probe.commands.cli import main
+
+    def window(drafts, accepted, total_drafts, total_accepted, ts):
+        return {"event": "eagle_probe.acceptance", "pid": 5, "host": "h", "tp_rank": 0, "pp_rank": 0,
+                "dp_rank": None, "timestamp": ts, "role": "target", "steps": drafts, "drafts": drafts,
+                "draft_tokens": 2 * drafts, "accepted_tokens": accepted, "per_position_accepted": [accepted, 0],
+                "per_position_drafted": [drafts, drafts],
+                "total": {"steps": total_drafts, "drafts": total_drafts, "draft_tokens": 2 * total_drafts,
+                          "accepted_tokens": total_accepted, "per_position_accepted": [total_accepted, 0],
+                          "per_position_drafted": [total_drafts, total_drafts],
+                          "accept_length_histogram": {"1": total_accepted, "0": total_drafts - total_accepted}}}
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    kept = [window(10, 5, 90, 45, "2026-01-01T00:09:00Z"), window(10, 8, 100, 53, "2026-01-01T00:10:00Z")]
+    (logs / "eagle-probe-h-5.jsonl").write_text("".join(json.dumps(e) + "\n" for e in kept))
+    assert main(["summarize", str(logs), "--format", "json"]) == 0
+    [rank] = json.loads(capsys.readouterr().out)["ranks"]
+    acceptance = rank["acceptance"]
+    assert acceptance["from_running_total"] and acceptance["windows"] == 2
+    assert (acceptance["drafts"], acceptance["accepted_tokens"], acceptance["draft_tokens"]) == (100, 53, 200)
+    assert acceptance["per_position_rate"] == [0.53, 0.0]
+    assert acceptance["accept_length_histogram"] == {"0": 47, "1": 53}
+    assert main(["summarize", str(logs)]) == 0
+    assert "totals from the last window's running total" in capsys.readouterr().out
+    # every window kept: the windows' sum, as before
+    (logs / "eagle-probe-h-5.jsonl").write_text("".join(json.dumps(window(10, 5, 10, 5, "t")) + "\n"))
+    assert main(["summarize", str(logs), "--format", "json"]) == 0
+    [rank] = json.loads(capsys.readouterr().out)["ranks"]
+    assert not rank["acceptance"]["from_running_total"] and rank["acceptance"]["drafts"] == 10

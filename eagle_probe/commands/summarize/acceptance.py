@@ -56,10 +56,48 @@ def _per_depth(events, steps: int) -> dict:
     return out
 
 
+def _ints(values) -> bool:
+    return isinstance(values, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in values)
+
+
+def _running_total(event) -> dict | None:
+    """The event's running total (counts since its process started) where it counts drafts, else None; only its
+    fields of the expected types (the line's type checks do not reach inside it)."""
+    total = event.get("total")
+    if not isinstance(total, dict) or _count(total, "drafts") <= 0:
+        return None
+    out = {k: _count(total, k) for k in ("steps", "drafts", "draft_tokens", "accepted_tokens")}
+    for key in ("per_position_accepted", "per_position_drafted"):
+        if _ints(total.get(key)):
+            out[key] = total[key]
+    rates = total.get("per_position_rate")
+    if isinstance(rates, list) and all(r is None or (isinstance(r, (int, float)) and not isinstance(r, bool))
+                                       for r in rates):
+        out["per_position_rate"] = rates
+    histogram = total.get("accept_length_histogram")
+    if isinstance(histogram, dict) and _ints(list(histogram.values())):
+        out["accept_length_histogram"] = histogram
+    if isinstance(total.get("per_depth"), dict):
+        out["per_depth"] = total["per_depth"]
+    return out
+
+
+def counted_events(events) -> tuple[list, bool]:
+    """What the totals are read from: the windows, or the last event's running total where the windows hold fewer
+    drafts than it (the earlier windows are not in the logs read: a rotated log dropped its oldest files)."""
+    total = _running_total(events[-1])
+    summed = sum(e.get("drafts") or e.get("steps") or 0 for e in events)
+    if total is not None and _count(total, "drafts") > summed:
+        return [total], True
+    return events, False
+
+
 def acceptance_section(events):
-    """Windows of one rank: totals summed over windows."""
+    """Windows of one rank: totals summed over windows (or the last running total, counted_events)."""
     if not events:
         return None
+    windows = events
+    events, from_total = counted_events(windows)
     drafts = sum(e.get("drafts") or e.get("steps") or 0 for e in events)
     accepted = sum(e.get("accepted_tokens") or 0 for e in events)
     drafted = sum(e.get("draft_tokens") or e.get("drafted_tokens") or 0 for e in events)
@@ -77,19 +115,20 @@ def acceptance_section(events):
         for length, count in (e.get("accept_length_histogram") or {}).items():
             histogram[str(length)] += int(count)
     return {
-        "windows": len(events), "steps": steps, "drafts": drafts, "draft_tokens": drafted, "accepted_tokens": accepted,
+        "windows": len(windows), "from_running_total": from_total,
+        "steps": steps, "drafts": drafts, "draft_tokens": drafted, "accepted_tokens": accepted,
         "accept_rate": accepted / drafted if drafted else None,
         "mean_accept_length": 1.0 + accepted / drafts if drafts else None, "per_position_rate": per_pos,
         "per_position_drafted": drafted_at, "conditional_rate": conditional, "per_depth": _per_depth(events, steps),
         "accept_length_histogram": dict(sorted(histogram.items(),
                                                key=lambda kv: int(kv[0]) if kv[0].lstrip("-").isdigit() else 0)),
-        "expected_mean_accept_length": events[-1].get("expected_mean_accept_length"),
-        "read_at": sorted({e["read_at"] for e in events if e.get("read_at")}),
+        "expected_mean_accept_length": windows[-1].get("expected_mean_accept_length"),
+        "read_at": sorted({e["read_at"] for e in windows if e.get("read_at")}),
         "over_time": [{"timestamp": e.get("timestamp"), "mean_accept_length": e.get("mean_accept_length"),
                        "accept_rate": (e["accepted_tokens"] / e["draft_tokens"])
                        if e.get("draft_tokens") and e.get("accepted_tokens") is not None else None,
-                       "drafts": e.get("drafts")} for e in events],
-        "last": events[-1],
+                       "drafts": e.get("drafts")} for e in windows],
+        "last": windows[-1],
     }
 
 
@@ -105,6 +144,9 @@ def render_acceptance_text(acc) -> list[str]:
            + (f"; expected {_fmt(acc['expected_mean_accept_length'], 2)}" if acc["expected_mean_accept_length"]
               else "")
            + f"), accept rate {_fmt(acc['accept_rate'])} (accepted over proposed drafts)"]
+    if acc.get("from_running_total"):
+        out.append("    totals from the last window's running total: the earlier windows are not in the logs read "
+                   "(a rotated log's oldest files removed)")
     out.append("    per draft position: "
                + ", ".join(_fmt(r) for r in acc["per_position_rate"])
                + "; conditional: " + ", ".join(_fmt(r) for r in acc["conditional_rate"]))

@@ -10,6 +10,11 @@ from ..acceptance_monitor import AcceptanceMonitor
 from ..sinks.metrics import MetricsSink
 from .base import Part
 
+# The running counts each event carries as "total", named as in the window: a reader whose earliest windows were
+# rotated away reads the whole run's totals from the last event it has.
+RUNNING_TOTAL = ("steps", "drafts", "draft_tokens", "accepted_tokens", "mean_accept_length", "per_position_rate",
+                 "per_position_accepted", "per_position_drafted", "per_depth", "accept_length_histogram")
+
 
 class Acceptance(Part):
     kinds = ("verify_step",)
@@ -42,8 +47,7 @@ class Acceptance(Part):
                           draft_accuracy=list(accuracy),
                           expected_per_position_rate=expected_per_position_rate(accuracy, window.positions))
         total = monitor.total().as_fields()
-        fields["total"] = {k: total[k] for k in
-                           ("steps", "drafts", "accepted_tokens", "mean_accept_length", "per_position_rate")}
+        fields["total"] = {k: total[k] for k in RUNNING_TOTAL if k in total}
         self.out.emit("info", ACCEPTANCE, role="target", **fields)
         judged = monitor.take_judged_window()
         if judged is None:
