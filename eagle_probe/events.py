@@ -33,6 +33,12 @@ ONCE_PER_PROCESS = frozenset({
     DRAFT_FORWARD, DUMP_STOPPED, FINDING, METRICS_EXPOSED, OBSERVABILITY, CUSTOM_LABEL_NOT_SLICED})
 
 
+# Periodic events whose counts run since the process started: a rotated log's new file begins with the latest of
+# each (after the once-only lines), so that the files kept always hold the last totals; a reader drops the repeats.
+LATEST_PER_PROCESS = frozenset({ACCEPTANCE, SPEC_COSTS, ACCEPTANCE_SLICES, VOCAB_COVERAGE, SUMMARY})
+CARRIED_ON_ROTATION = ONCE_PER_PROCESS | LATEST_PER_PROCESS
+
+
 class Event(NamedTuple):
     """What the documentation's log-events page says of one event: when it is written, and its main fields, each
     'name' or 'name: what it holds'."""

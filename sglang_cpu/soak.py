@@ -171,7 +171,8 @@ def sample(servers: dict, log_dir: str, state_dir: str, started: float) -> dict:
     return row
 
 
-def start_servers(root: str, summary_interval_s: float | None, retract_every: int) -> tuple[dict, str, str]:
+def start_servers(root: str, summary_interval_s: float | None, retract_every: int,
+                  extra_probe_env: dict | None = None) -> tuple[dict, str, str]:
     from eagle_probe.bootstrap import BOOTSTRAP_DIR
     from sglang_cpu.spec_shims import SPEC_ENV
 
@@ -184,6 +185,7 @@ def start_servers(root: str, summary_interval_s: float | None, retract_every: in
     probe_env = {**env, "EAGLE_PROBE_LOG_DIR": log_dir, probe_state.ENV: state_dir}
     if summary_interval_s is not None:
         probe_env["EAGLE_PROBE_SUMMARY_INTERVAL_S"] = str(summary_interval_s)
+    probe_env.update(extra_probe_env or {})
     servers = {"probe": SGLangServer(case["target"], extra_args=args, pythonpath_prefix=[BOOTSTRAP_DIR],
                                      env=probe_env, log_path=os.path.join(root, "probe.log")),
                "plain": SGLangServer(case["target"], extra_args=args, env=env,
@@ -208,10 +210,11 @@ def _idle(servers: dict, log_dir: str, state_dir: str, started: float) -> dict:
 
 
 def soak(root: str, seconds: float, sample_s: float = 10.0, warmup_s: float = 60.0,
-         summary_interval_s: float | None = None, seed: int = 1, retract_every: int = 40) -> dict:
+         summary_interval_s: float | None = None, seed: int = 1, retract_every: int = 40,
+         extra_probe_env: dict | None = None) -> dict:
     """Both servers the same traffic: `warmup_s`, a pause (the idle baseline), then `seconds`, a pause (the idle
     end); sampled every `sample_s` throughout. The figures: report()."""
-    servers, log_dir, state_dir = start_servers(root, summary_interval_s, retract_every)
+    servers, log_dir, state_dir = start_servers(root, summary_interval_s, retract_every, extra_probe_env)
     with servers["probe"], servers["plain"]:
         before = settled_probe_counts(servers["probe"])
         tallies = {name: Tally() for name in servers}
@@ -231,7 +234,9 @@ def soak(root: str, seconds: float, sample_s: float = 10.0, warmup_s: float = 60
         thread.join()
         after = settled_probe_counts(servers["probe"])
         logs = {name: server.log_text() for name, server in servers.items()}
-    return report(rows, baseline, end, tallies, counts_delta(after, before), logs)
+    result = report(rows, baseline, end, tallies, counts_delta(after, before), logs)
+    result.update(log_dir=log_dir, probe_total=after)
+    return result
 
 
 def report(rows: list, baseline: dict, end: dict, tallies: dict, probe_counts: dict, logs: dict) -> dict:

@@ -7,6 +7,11 @@ from ..analysis.findings import Finding
 from ..events import FINDING, INTERNAL_ERROR
 from .sinks.metrics import MetricsSink
 
+# Distinct findings remembered for their once-only rule: a finding whose evidence holds measured numbers (a collapse
+# window's rates) is new at every judgement, so the memory is bounded; past it the oldest is forgotten, and such a
+# finding could be written again.
+SEEN_FINDINGS_MAX = 1024
+
 
 class Outputs:
     def __init__(self, logs):
@@ -14,7 +19,7 @@ class Outputs:
         self.metrics = None  # the Prometheus sink, once this process knows its ranks
         self.findings_total = {}  # code -> findings emitted
         self.errors_total = 0
-        self._seen_findings = set()
+        self._seen_findings: dict[tuple, None] = {}  # an ordered set, oldest first
         self._errors_logged = set()
         self._pending_errors = {}  # where -> internal errors counted before the metrics sink existed
 
@@ -43,7 +48,9 @@ class Outputs:
         key = (finding.code, role, repr(finding.evidence))
         if key in self._seen_findings:
             return
-        self._seen_findings.add(key)
+        self._seen_findings[key] = None
+        if len(self._seen_findings) > SEEN_FINDINGS_MAX:
+            del self._seen_findings[next(iter(self._seen_findings))]
         self.findings_total[finding.code] = self.findings_total.get(finding.code, 0) + 1
         level = finding.severity if finding.severity in ("error", "warning", "info") else "warning"
         self.emit(level, FINDING, code=finding.code, severity=finding.severity, role=role, message=finding.message,
@@ -51,7 +58,7 @@ class Outputs:
         self.metric(MetricsSink.finding, finding, role)
 
     def seen_codes(self):
-        return sorted({code for code, _, _ in self._seen_findings})
+        return sorted(self.findings_total)
 
     def internal_error(self, where: str, exc: BaseException):
         self.errors_total += 1

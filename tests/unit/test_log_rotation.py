@@ -70,6 +70,20 @@ def test_kept_files_still_hold_the_process_and_its_last_counts(tmp_path):
     assert summaries[-1] == 199 and summaries == sorted(summaries)  # the cumulative last one is kept
 
 
+def test_the_last_totals_survive_rotations_after_them(tmp_path):
+    """An idle server writes no acceptance or summary line for a while, other lines rotate the file again and
+    again: each new file begins with the latest of each periodic event, read once."""
+    sink = _write(tmp_path, keep=1)
+    sink.emit("info", events.ACCEPTANCE, drafts=7, total={"drafts": 70})
+    for i in range(300):
+        sink.emit("info", events.AUX_FINGERPRINTS, role="target", step=i, slots=[{"slot": 0, "rms": 1.0}])
+    reader = LogReader().read_paths([str(tmp_path)])
+    summaries = [e["captures_lost"] for e in reader.events if e["event"] == events.SUMMARY]
+    acceptance = [e for e in reader.events if e["event"] == events.ACCEPTANCE]
+    assert summaries == [199] and [e["total"]["drafts"] for e in acceptance] == [70]
+    assert reader.repeated > 0
+
+
 def test_keep_zero_leaves_the_newest_file_only(tmp_path):
     _write(tmp_path, keep=0)
     assert len(os.listdir(tmp_path)) == 1

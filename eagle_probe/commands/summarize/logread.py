@@ -11,7 +11,7 @@ import os
 from collections import Counter
 from collections.abc import Iterable, Iterator
 
-from ...events import AUX_FINGERPRINT, AUX_FINGERPRINTS, ONCE_PER_PROCESS, STARTED
+from ...events import AUX_FINGERPRINT, AUX_FINGERPRINTS, CARRIED_ON_ROTATION, STARTED
 from .fields import field_problem
 
 SUFFIXES = (".jsonl", ".log")
@@ -129,7 +129,7 @@ class LogReader:
         self.probe_lines = 0  # lines that held a probe event (a fingerprints line holds several)
         self.skipped = Counter()
         self.listed = []
-        self.repeated = 0  # once-only lines a rotated log's new file began with again (the very same line)
+        self.repeated = 0  # lines a rotated log's new file began with again (the very same line: once-only, latest)
         self.restarts = 0  # processes that started again under a pid already read (a restart in a container)
         self._once: set = set()
         self._runs: dict[tuple, int] = {}  # (host, pid) -> its runs so far
@@ -146,7 +146,7 @@ class LogReader:
         for number, line in enumerate(_lines(handle), 1):
             self.lines += 1
             event, reason, detail = parse_line(line)
-            if event is not None and event["event"] in ONCE_PER_PROCESS:
+            if event is not None and event["event"] in CARRIED_ON_ROTATION:
                 if line in self._once:
                     self.repeated += 1
                     continue

@@ -4,7 +4,9 @@
 `.00002.jsonl`, ... in the order written, which `ls` and the readers' sorted listing put before the newest file
 ('0' sorts before 'j'). Only whole lines are written to a file, and a new file begins with the process's once-only
 lines (events.ONCE_PER_PROCESS, up to STICKY_LIMIT bytes) so that what the first file said of the process is
-still there when it is gone; readers drop the repeated lines. At most `keep` rotated files stay (the oldest go).
+still there when it is gone, then the latest line of each periodic event whose counts run since the start
+(events.LATEST_PER_PROCESS), so that the files kept hold the last totals even when the server has been idle since
+a rotation; readers drop the repeated lines. At most `keep` rotated files stay (the oldest go).
 A failed rename or open leaves the current file in use: the log never raises into the server.
 """
 
@@ -14,6 +16,7 @@ from ... import events
 
 STICKY_LIMIT = 256 * 1024  # bytes of once-only lines carried into every new file
 _ONCE_MARKS = tuple(f'"event": "{name}"' for name in events.ONCE_PER_PROCESS)
+_LATEST_MARKS = {f'"event": "{name}"': name for name in events.LATEST_PER_PROCESS}
 
 
 class Rotation:
@@ -55,6 +58,7 @@ class RotatingFile:
         self.sticky_dropped = 0
         self._sticky: list[str] = []
         self._sticky_bytes = 0
+        self._latest: dict[str, str] = {}  # periodic event -> its last line
         self._pending: list[str] = []
         self._handle = open(path, "a", encoding="utf-8")  # noqa: SIM115  (open for the process's life)
         self._size = self._handle.tell()
@@ -77,6 +81,11 @@ class RotatingFile:
         self._size += len(line)  # the renderer writes ASCII: characters are bytes
         if any(mark in line for mark in _ONCE_MARKS):
             self._keep_sticky(line)
+        else:
+            for mark, name in _LATEST_MARKS.items():
+                if mark in line:
+                    self._latest[name] = line
+                    break
         limit = self.rotation.max_bytes
         if limit is not None and self._size >= limit:
             self._rotate()
@@ -105,7 +114,7 @@ class RotatingFile:
                 break  # removed at an earlier rotation, and so are the ones before it
             except OSError:
                 pass
-        for line in self._sticky:
+        for line in [*self._sticky, *self._latest.values()]:
             self._handle.write(line)
             self._size += len(line)
         self._handle.flush()
