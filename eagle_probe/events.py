@@ -157,7 +157,8 @@ CATALOGUE = {
     SUMMARY: Event("every `EAGLE_PROBE_SUMMARY_INTERVAL_S` (checked on observations), and at exit", (
         "forwards: role, mode, path, tbo, count (inner model forwards: eager and capture only)",
         "model_forwards: role, mode, path (eager, graph_replay, graph_capture), graph, count (ModelRunner.forward, "
-        "every path)", "captures_lost", "findings", "internal_errors")),
+        "every path)", "captures_lost", "findings", "internal_errors",
+        "series_refused: series name -> samples dropped past the series' bound (Metrics: How many series)")),
     INTEGRATION_SKIPPED: Event("a patch target missing from a module SGLang imported (once per process; `warning` if "
                                "the version table expects it there, else `info`), or one of an integration named in "
                                "`EAGLE_PROBE_DISABLED_INTEGRATIONS` (`info`, once per install)", (

@@ -82,8 +82,9 @@ def _metric_rows():
     import prometheus_client as prom
 
     from eagle_probe.observations import Ranks
-    from eagle_probe.runtime.sinks import metrics
+    from eagle_probe.runtime.sinks import cardinality, metrics
 
+    bounds = {spec.name.removesuffix("_total"): cardinality.series_bound(spec) for spec in cardinality.all_specs()}
     registry = prom.CollectorRegistry()
     sink = metrics.MetricsSink(Ranks(tp_rank=0, pp_rank=0, dp_rank=0), registry=registry)
     sink.slices.make()  # the slice series are made on their first flush; make them now
@@ -92,8 +93,24 @@ def _metric_rows():
         kind = collector._type
         name = collector._name + ("_total" if kind == "counter" else "")
         labels = [label for label in collector._labelnames if label not in metrics.RANK_LABELS]
-        rows.append((name, kind, labels, collector._documentation))
+        rows.append((name, kind, labels, collector._documentation, bounds[collector._name]))
     return rows, metrics.RANK_LABELS
+
+
+def _cardinality_text() -> str:
+    from eagle_probe.runtime.sinks import cardinality as K
+
+    return ("\n## How many series\n\n"
+            f"One process makes at most **{K.process_bound()}** label sets in all (the column \"at most\"; a "
+            "histogram's buckets are not counted apart), each with its rank labels: a server makes at most that "
+            "many per process of the probe (each TP, PP and DP rank, and SGLang's HTTP server process). The "
+            "bounds come from the values each label can take: "
+            + ", ".join(f"`{label}` {n}" for label, n in K.LABEL_VALUES.items())
+            + f"; the slices' dimensions and buckets {K.SLICE_BUCKETS} (the fixed ones, and {K.CUSTOM_LABEL_KEYS} "
+            "custom request-label keys of at most "
+            f"{K.MAX_LABEL_VALUES} values, `none` and `other` each). A series never makes a child past its bound: "
+            "the sample is dropped and counted (`series_refused` in `eagle_probe.summary`), so the bound holds "
+            "whatever SGLang or the clients send. Source: `eagle_probe/runtime/sinks/cardinality.py`.\n")
 
 
 def metrics_page() -> str:
@@ -104,8 +121,10 @@ def metrics_page() -> str:
            + ", ".join(f"`{label}`" for label in rank_labels)
            + ". See [Dashboards and alerts](../dashboards.md) for how they reach Prometheus, the flush and the "
              "acceptance formulas.\n\n",
-           _table(("metric", "type", "labels", "what it counts"),
-                  [(f"`{name}`", kind, ", ".join(labels) or "none", doc) for name, kind, labels, doc in rows])]
+           _table(("metric", "type", "labels", "at most", "what it counts"),
+                  [(f"`{name}`", kind, ", ".join(labels) or "none", str(bound), doc)
+                   for name, kind, labels, doc, bound in rows]),
+           _cardinality_text()]
     return "".join(out)
 
 

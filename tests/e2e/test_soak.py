@@ -72,6 +72,13 @@ def test_the_probes_state_is_what_it_was_after_warm_up(soaked):
     assert soaked["state_end"] and len(soaked["state_end"]) == len(soaked["state_baseline"])
 
 
+def test_the_series_stay_within_the_stated_bound(soaked):
+    from eagle_probe.runtime.sinks.cardinality import process_bound
+
+    series = soaked["series"]
+    assert 0 < series["baseline"] <= series["max"] <= 2 * process_bound()  # the scheduler and the HTTP server
+
+
 def test_the_scheduler_memory_grew_no_more_than_without_the_probe(soaked):
     assert soaked["probe_rss_growth_over_plain_mb"] < RSS_BUDGET_MB, soaked["rss_growth_mb"]
 

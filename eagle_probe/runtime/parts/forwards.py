@@ -97,4 +97,10 @@ class Forwards(Part):
                  model_forwards=[{"role": r, "mode": m, "path": p, "graph": g, "count": c}
                                  for (r, m, p, g), c in sorted(dict(self.runner).items())],
                  captures_lost=sum(self.lost.copy().values()), findings=dict(out.findings_total),
-                 internal_errors=out.errors_total)
+                 internal_errors=out.errors_total, series_refused=_refused(out.metrics))
+
+
+def _refused(metrics) -> dict:
+    """Label sets refused past their series' bound (sinks/cardinality.py), by series; {} without metrics."""
+    series = getattr(metrics, "series", None)
+    return dict(getattr(series, "refused", {}))

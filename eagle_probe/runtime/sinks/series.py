@@ -23,13 +23,28 @@ class Spec:
     multiprocess_mode: str = GAUGE_MULTIPROCESS_MODE  # a gauge's (sinks/multiprocess.py)
 
 
+class _Refused:
+    """The child past a series' bound (sinks/cardinality.py): counts nothing."""
+
+    def inc(self, *args, **kwargs):
+        pass
+
+    dec = set = observe = inc
+
+
+REFUSED = _Refused()
+
+
 class Series:
     def __init__(self, prom, ranks: Ranks, registry=None):
         self._prom = prom
         self._kw = {} if registry is None else {"registry": registry}
         self._rank = ranks.labels()
         self._label_names = {}  # id(metric) -> its own labels, in the order child() takes their values
+        self._bounds = {}  # id(metric) -> (its name, the most children it may have)
+        self._made = {}  # id(metric) -> children made
         self._children = {}
+        self.refused = {}  # series name -> label sets refused past its bound
 
     def make(self, spec: Spec, extra_labels: tuple[str, ...] = ()):
         """The series of `spec`; extra_labels follow its own (the info series' group widths)."""
@@ -41,7 +56,10 @@ class Series:
                                 **self._kw)
         else:
             metric = prom.Histogram(spec.name, spec.help, labels + RANK_LABELS, buckets=spec.buckets, **self._kw)
+        from .cardinality import series_bound  # (it reads the catalogue, which imports this module)
+
         self._label_names[id(metric)] = labels
+        self._bounds[id(metric)] = (spec.name, series_bound(spec))
         return metric
 
     def child(self, metric, *values):
@@ -49,6 +67,12 @@ class Series:
         key = (id(metric),) + values
         child = self._children.get(key)
         if child is None:
+            name, bound = self._bounds[id(metric)]
+            made = self._made.get(id(metric), 0)
+            if made >= bound:
+                self.refused[name] = self.refused.get(name, 0) + 1
+                return REFUSED
+            self._made[id(metric)] = made + 1
             labels = dict(zip(self._label_names[id(metric)], values))
             labels.update(self._rank)
             child = self._children[key] = metric.labels(**labels)
