@@ -38,6 +38,7 @@ def _print(result: dict) -> None:
           f"RSS at baseline {result['rss_mb']['baseline']}, at the end {result['rss_mb']['end']}")
     logs = result["log_bytes"]
     print(f"probe log: {logs['end']} bytes, {logs['per_hour'] / 2**20:.2f} MB per hour after warm-up (one scheduler)")
+    print(f"probe log bytes by event (whole run): {result['log_bytes_by_event']}")
     print(f"eagle_probe_ series: {result['series']}")
     print(f"probe containers grown since the baseline: {result['state_grown'] or 'none'}")
     counts = result["counts"]

@@ -2,7 +2,7 @@
 SGLang server with speculation (the probe injected), the seed target by one without speculation with the probe
 injected and by one without either (the same environment, Triton's interpreter included), all up at once and
 measured in turn, each alone (sglang_cpu.throughput: the others stopped), at batch 1 and batch 6, in blocks that
-take turns.
+take turns, after a warm-up that the estimates leave out (`advise --since`).
 
 Printed per batch size: the client's tokens/s of each server and the measured ratio (speculative over plain with
 the probe); the estimate `eagle-probe advise` gives from both probed servers' logs (the plain step measured) and the
@@ -33,22 +33,30 @@ from sglang_cpu.spec_shims import SPEC_ENV  # noqa: E402
 BATCHES = {1: 8, 6: 6}  # batch size -> rounds of requests per block
 
 
-def _estimate(*log_dirs: str) -> dict:
+SUMMARY_INTERVAL_S = 1.0  # the probes write their counts each second: the warm-up is taken away (--since)
+
+
+def _estimate(since: str, *log_dirs: str) -> dict:
     events = [e for e in read_events(list(log_dirs)) if e.get("event") == SPEC_COSTS]
     if not events:
         raise SystemExit(f"no {SPEC_COSTS} line in {', '.join(log_dirs)}")
-    return speculation_cost.estimate(speculation_cost.merge(speculation_advice.last_costs(events)))
+    return speculation_cost.estimate(speculation_cost.merge(speculation_advice.last_costs(events, since)))
 
 
 def measure(blocks: int) -> tuple[dict, dict, dict]:
     logs, plain_logs = tempfile.mkdtemp(prefix="spec-cost-"), tempfile.mkdtemp(prefix="plain-cost-")
+    interval = {"EAGLE_PROBE_SUMMARY_INTERVAL_S": str(SUMMARY_INTERVAL_S)}
     bare = SGLangServer(seed.TARGET_PATH, env=SPEC_ENV)
-    plain = SGLangServer(seed.TARGET_PATH, env={**SPEC_ENV, "EAGLE_PROBE_LOG_DIR": plain_logs},
+    plain = SGLangServer(seed.TARGET_PATH, env={**SPEC_ENV, "EAGLE_PROBE_LOG_DIR": plain_logs, **interval},
                          pythonpath_prefix=[BOOTSTRAP_DIR])
-    spec = seed.server(seed.DRAFT_PATH, env={"EAGLE_PROBE_LOG_DIR": logs}, pythonpath_prefix=[BOOTSTRAP_DIR])
+    spec = seed.server(seed.DRAFT_PATH, env={"EAGLE_PROBE_LOG_DIR": logs, **interval},
+                       pythonpath_prefix=[BOOTSTRAP_DIR])
     with bare, plain, spec:
-        rates = throughput.interleaved({"bare": bare, "plain": plain, "spec": spec}, BATCHES, blocks)
-    return rates, _estimate(logs, plain_logs), _estimate(logs)
+        servers = {"bare": bare, "plain": plain, "spec": spec}
+        throughput.warm_up(servers)
+        since = throughput.since_now(2.5 * SUMMARY_INTERVAL_S)
+        rates = throughput.interleaved(servers, BATCHES, blocks, warm=False)
+    return rates, _estimate(since, logs, plain_logs), _estimate(since, logs)
 
 
 def _bucket(report: dict, batch: int) -> dict:

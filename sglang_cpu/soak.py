@@ -154,6 +154,18 @@ def _log_bytes(directory: str) -> int:
     return sum(os.path.getsize(os.path.join(directory, name)) for name in os.listdir(directory))
 
 
+def log_bytes_by_event(directory: str) -> dict:
+    """Bytes of the probe's log lines by event, over the files there (what each kind costs)."""
+    out: dict = {}
+    for name in sorted(os.listdir(directory)) if os.path.isdir(directory) else ():
+        with open(os.path.join(directory, name), encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                match = re.search(r'"event": "([^"]+)"', line)
+                kind = match.group(1) if match else "other"
+                out[kind] = out.get(kind, 0) + len(line)
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
 def _series(server: SGLangServer) -> int:
     return sum(1 for line in server.metrics_text().splitlines() if line.startswith("eagle_probe_"))
 
@@ -235,7 +247,7 @@ def soak(root: str, seconds: float, sample_s: float = 10.0, warmup_s: float = 60
         after = settled_probe_counts(servers["probe"])
         logs = {name: server.log_text() for name, server in servers.items()}
     result = report(rows, baseline, end, tallies, counts_delta(after, before), logs)
-    result.update(log_dir=log_dir, probe_total=after)
+    result.update(log_dir=log_dir, probe_total=after, log_bytes_by_event=log_bytes_by_event(log_dir))
     return result
 
 

@@ -35,13 +35,28 @@ def timed(server, batch: int, rounds: int, prompt_seed: int) -> tuple[int, float
     return tokens, time.perf_counter() - started
 
 
-def interleaved(servers: dict, batches: dict[int, int], blocks: int) -> dict[str, dict[int, float]]:
+def warm_up(servers: dict) -> None:
+    """A few requests to each server alone: the first calls of each shape (on the CPU the Triton interpreter's)."""
+    for name, server in servers.items():
+        with alone([other for n, other in servers.items() if n != name]):
+            for prompt in seed.make_prompts(count=3, seed=7):
+                server.generate_raw(prompt, max_new_tokens=seed.MAX_NEW_TOKENS)
+
+
+def since_now(settle_s: float) -> str:
+    """Wait `settle_s` (a probe writes its counts once per summary interval), then the time as the probe's log
+    lines write it: what `eagle-probe advise --since` takes to leave out what ran before."""
+    import datetime
+
+    time.sleep(settle_s)
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def interleaved(servers: dict, batches: dict[int, int], blocks: int, warm: bool = True) -> dict[str, dict[int, float]]:
     """name -> batch size -> tokens per second over all blocks; `batches`: batch size -> rounds per block."""
     names = list(servers)
-    for name in names:
-        with alone([servers[n] for n in names if n != name]):
-            for prompt in seed.make_prompts(count=3, seed=7):  # warm-up: first calls of each shape
-                servers[name].generate_raw(prompt, max_new_tokens=seed.MAX_NEW_TOKENS)
+    if warm:
+        warm_up(servers)
     sums = {(name, batch): [0, 0.0] for name in names for batch in batches}
     for block in range(blocks):
         order = names if block % 2 == 0 else names[::-1]

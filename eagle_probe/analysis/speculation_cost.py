@@ -424,6 +424,29 @@ def merge(events: Sequence[Mapping]) -> dict:
             "steps": steps, "plain_steps": plain_steps, "forwards": forwards, "acceptance": acceptance}
 
 
+def since(later: Mapping, earlier: Mapping | None) -> dict:
+    """One process's counts between two of its costs events (each counts since the process started): every count of
+    `later` less the same count of `earlier`; `later` whole where there is no earlier one."""
+    if earlier is None:
+        return dict(later)
+    out = dict(later)
+    for key in ("steps", "plain_steps", "forwards", "acceptance"):
+        out[key] = _less(later.get(key), earlier.get(key))
+    return out
+
+
+def _less(later, earlier):
+    if isinstance(later, Mapping):
+        earlier = earlier if isinstance(earlier, Mapping) else {}
+        return {k: _less(v, earlier.get(k)) for k, v in later.items()}
+    if isinstance(later, list):
+        earlier = earlier if isinstance(earlier, list) else []
+        return [_less(v, earlier[i] if i < len(earlier) else None) for i, v in enumerate(later)]
+    if isinstance(later, (int, float)) and not isinstance(later, bool) and isinstance(earlier, (int, float)):
+        return later - earlier
+    return later
+
+
 def _add(into: dict, key, values) -> None:
     have = into.setdefault(key, [])
     for i, value in enumerate(values):

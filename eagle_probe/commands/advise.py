@@ -8,11 +8,16 @@ number of draft steps, the phase costs behind them; the findings speculation_slo
 speculation_depth_off; and SGLang's --speculative-adaptive-config that serves the best depth at each batch size
 (--write FILE writes it).
 
+--since TIME estimates from the steps after TIME only (each process's counts less its last costs line written at or
+before it): a warm-up left out, or a change of traffic or settings.
+
 Exit status: 0 at least one bucket estimated, 1 none (why is printed: no costs events, too few steps), 2 bad input
-(a LOG_DIR missing or without probe logs, --write FILE existing without --force, FILE not writable).
+(a LOG_DIR missing or without probe logs, a --since that is no time, --write FILE existing without --force, FILE
+not writable).
 """
 
 import argparse
+import datetime
 import json
 import os
 import sys
@@ -34,6 +39,9 @@ def add_parser(subparsers):
     parser.add_argument("--write", metavar="FILE", help="write the adaptive config (SGLang's "
                         "--speculative-adaptive-config) to FILE; refused if FILE exists")
     parser.add_argument("--force", action="store_true", help="with --write: replace FILE if it exists")
+    parser.add_argument("--since", metavar="TIME", help="only the steps after TIME (ISO 8601, e.g. "
+                        "2026-12-06T03:05:00Z; without a zone, UTC): leaves out a warm-up, or what ran before a "
+                        "change; each process's counts less its last costs line at or before TIME")
     parser.set_defaults(func=run)
     return parser
 
@@ -90,7 +98,8 @@ def render(result: dict) -> str:
     plain = f", {result['plain_runs']} of them without speculation (the measured plain step)" \
         if result.get("plain_runs") else ""
     out = [f"speculation cost: {result['runs']} process(es) counted{plain} (attention-TP rank 0; "
-           f"{result['tp_ranks_left_out']} other TP rank(s) left out: they time the same steps), clock "
+           f"{result['tp_ranks_left_out']} other TP rank(s) left out: they time the same steps)"
+           + (f", steps after {result['since']}" if result.get("since") else "") + ", clock "
            f"{result['source']}, topk {result['topk']}"]
     for bucket in result["buckets"]:
         out += _bucket_lines(bucket)
@@ -114,6 +123,18 @@ def write_config(path: str, config: dict, force: bool) -> None:
         handle.write(json.dumps(config, indent=2) + "\n")
 
 
+def log_time(text: str) -> str:
+    """TIME as the probe's log lines write their timestamps (UTC, microseconds, Z), so that they compare as text;
+    ValueError naming it otherwise."""
+    try:
+        moment = datetime.datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise ValueError(f"--since {text!r}: not an ISO 8601 time (e.g. 2026-12-06T03:05:00Z)") from None
+    if moment.tzinfo is not None:
+        moment = moment.astimezone(datetime.timezone.utc).replace(tzinfo=None)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
 def _refuse(message: str) -> int:
     print(f"{PROG}: {message}", file=sys.stderr)
     return 2
@@ -125,12 +146,14 @@ def run(args) -> int:
     if args.write and os.path.lexists(args.write) and not args.force:
         return _refuse(f"--write {args.write}: the file exists; not replaced (pass --force to replace it)")
     try:
+        since = log_time(args.since) if args.since else None
         events = read_logs(args.log_dirs)
     except ValueError as exc:
         return _refuse(str(exc))
     except OSError as exc:  # a broken link, a link loop, no permission
         return _refuse(f"cannot read {exc.filename or 'input'}: {exc.strerror or exc}")
-    result = advice(events)
+    result = advice(events, since)
+    result["since"] = since
     why = why_nothing_estimated(result)
     result["exit_status"] = 1 if why else 0
     if args.write and not why:

@@ -28,16 +28,21 @@ def _process(event: Mapping) -> tuple:
     return event.get("host"), event.get("pid"), event.get("run")
 
 
-def last_costs(events: Iterable[Mapping]) -> list[Mapping]:
-    """Each process's latest costs event (by timestamp, else the later line): it holds all the earlier ones' counts."""
+def last_costs(events: Iterable[Mapping], since: str | None = None) -> list[Mapping]:
+    """Each process's latest costs event (by timestamp, else the later line): it holds all the earlier ones' counts.
+    With `since` (an ISO time), the counts after it: less the process's last costs event written at or before it
+    (a process with no event after it is left out)."""
     last: dict[tuple, Mapping] = {}
+    base: dict[tuple, Mapping] = {}
     for event in events:
         if event.get("event") != names.SPEC_COSTS:
             continue
-        before = last.get(_process(event))
-        if before is None or str(event.get("timestamp") or "") >= str(before.get("timestamp") or ""):
-            last[_process(event)] = event
-    return list(last.values())
+        stamp = str(event.get("timestamp") or "")
+        into = base if since is not None and stamp <= since else last
+        before = into.get(_process(event))
+        if before is None or stamp >= str(before.get("timestamp") or ""):
+            into[_process(event)] = event
+    return [speculation_cost.since(event, base.get(key)) for key, event in last.items()]
 
 
 def attention_tp_rank(event: Mapping):
@@ -97,12 +102,13 @@ def _bucket(bucket: Mapping) -> dict:
     return {**dict.fromkeys(BUCKET_FIELDS), **bucket}
 
 
-def advice(events: Iterable[Mapping]) -> dict:
-    """The merged estimate, its findings and the adaptive config it gives, JSON-ready (docs/commands/advise.md)."""
-    costs = last_costs(events)
+def advice(events: Iterable[Mapping], since: str | None = None) -> dict:
+    """The merged estimate, its findings and the adaptive config it gives, JSON-ready (docs/commands/advise.md);
+    with `since`, of the steps after that time only (last_costs)."""
+    costs = last_costs(events, since)
     counted = sorted((e for e in costs if attention_tp_rank(e) in (0, None)), key=_rank_key)
     plain = [e for e in counted if e.get("server") == "plain"]
-    out = {"source": None, "topk": None, "runs": len(counted), "plain_runs": len(plain),
+    out = {"source": None, "topk": None, "since": since, "runs": len(counted), "plain_runs": len(plain),
            "tp_ranks_left_out": len(costs) - len(counted),
            "processes": [{k: e.get(k) for k in PROCESS_FIELDS} for e in counted], "fit": None, "buckets": [],
            "findings": [], "adaptive_config": {}, "launch_args": [], "notes": [], "forwards_of_another_version": []}
@@ -186,6 +192,8 @@ def why_nothing_estimated(result: Mapping) -> str | None:
     if result.get("error"):
         return result["error"]
     if not result["runs"]:
+        if result.get("since"):
+            return f"no costs line was written after --since {result['since']}"
         if result["tp_ranks_left_out"]:
             return (f"costs events only from {result['tp_ranks_left_out']} process(es) of attention-TP rank > 0: "
                     f"pass the logs of the node that holds rank 0 of each attention-TP group")

@@ -37,7 +37,7 @@ BOUNDED_BY_SHAPE = {"acceptance.counts": soak.NUM_STEPS + 1, "acceptance.depth_s
 @pytest.fixture(scope="module")
 def soaked(tmp_path_factory):
     root = str(tmp_path_factory.mktemp("soak"))
-    result = soak.soak(root, seconds=80, sample_s=5, warmup_s=25, summary_interval_s=2,
+    result = soak.soak(root, seconds=60, sample_s=5, warmup_s=20, summary_interval_s=2,
                        extra_probe_env={"EAGLE_PROBE_LOG_MAX_MB": "0.05", "EAGLE_PROBE_LOG_KEEP": str(LOG_KEEP)})
     print("\nsoak:", json.dumps({k: v for k, v in result.items() if k not in ("rows", "state_baseline", "state_end")}))
     return result

@@ -347,3 +347,21 @@ def test_plain_logs_alone_say_a_speculative_servers_are_needed(tmp_path, capsys)
     assert rc == 1 and result["buckets"] == [] and result["plain_runs"] == 1
     assert "all from servers without speculation" in err and "pass a speculative server's logs" in err
 
+
+
+def test_since_counts_the_steps_after_it_only(tmp_path, capsys):
+    lines = [costs_line(steps=100, ts="2026-01-01T00:01:00.000000Z"),  # the warm-up, written before --since
+             costs_line(steps=300, ts="2026-01-01T00:05:00.000000Z",
+                        forwards={"TARGET_VERIFY:1:1": forward_row(90, 1, 1, PLAIN_S),
+                                  "TARGET_VERIFY:1:16-31": forward_row(90, 20, 20, PLAIN_S)})]
+    rc, result, _ = advise_json(capsys, log_dir(tmp_path, lines), "--since", "2026-01-01T00:02:00+00:00")
+    assert rc == 0 and result["since"] == "2026-01-01T00:02:00.000000Z"
+    fast = bucket(result, "1")
+    assert fast["steps"] == 200 and fast["phase_seconds"]["period"] == pytest.approx(FAST_PERIOD_S)
+    assert fast["classes"]["all"]["request_steps"] == 200  # the acceptance counted since, too
+    rc, result, _ = advise_json(capsys, tmp_path / "logs")  # without --since: everything
+    assert bucket(result, "1")["steps"] == 300
+    rc, _, err = advise(capsys, tmp_path / "logs", "--since", "2026-01-01T00:06:00")
+    assert rc == 1 and "no costs line was written after --since 2026-01-01T00:06:00.000000Z" in err
+    rc, _, err = advise(capsys, tmp_path / "logs", "--since", "yesterday")
+    assert rc == 2 and "--since 'yesterday': not an ISO 8601 time" in err
