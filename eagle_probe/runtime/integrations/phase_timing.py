@@ -50,24 +50,34 @@ def _begin(costs, worker, args, kwargs):
     return timer, timer.begin(len(batch.reqs))
 
 
-def step_wrapper(wrapped, instance, args, kwargs):
-    costs = _costs()
-    if costs is None:
-        return wrapped(*args, **kwargs)
+def _served_depth(worker) -> int:
+    depth = getattr(worker, "speculative_num_steps", None)
+    return depth if isinstance(depth, int) else -1
+
+
+def _timed_step(costs, begin, depth_of, wrapped, instance, args, kwargs, where: str):
+    """Run one decode step between the timer's begin and end (untimed where `begin` gives no step)."""
     timer = step = None
     try:
-        timer, step = _begin(costs, instance, args, kwargs)
+        timer, step = begin(costs, instance, args, kwargs)
     except Exception as exc:
-        STATE.report_error("phase_timing.step", exc)
+        STATE.report_error(where, exc)
     try:
         return wrapped(*args, **kwargs)
     finally:
         if step is not None:
             try:
-                depth = getattr(instance, "speculative_num_steps", None)
-                timer.end(step, depth if isinstance(depth, int) else -1)
+                timer.end(step, depth_of(instance))
             except Exception as exc:
-                STATE.report_error("phase_timing.step", exc)
+                STATE.report_error(where, exc)
+
+
+def step_wrapper(wrapped, instance, args, kwargs):
+    """The EAGLE worker's decode step; its depth is read after it ran (adaptive depth switches it inside)."""
+    costs = _costs()
+    if costs is None:
+        return wrapped(*args, **kwargs)
+    return _timed_step(costs, _begin, _served_depth, wrapped, instance, args, kwargs, "phase_timing.step")
 
 
 def _plain_begin(costs, worker, args, kwargs):
@@ -96,19 +106,11 @@ def plain_step_wrapper(wrapped, instance, args, kwargs):
     costs = _costs()
     if costs is None:
         return wrapped(*args, **kwargs)
-    timer = step = None
-    try:
-        timer, step = _plain_begin(costs, instance, args, kwargs)
-    except Exception as exc:
-        STATE.report_error("phase_timing.plain_step", exc)
-    try:
-        return wrapped(*args, **kwargs)
-    finally:
-        if step is not None:
-            try:
-                timer.end(step, 0)
-            except Exception as exc:
-                STATE.report_error("phase_timing.plain_step", exc)
+    return _timed_step(costs, _plain_begin, _plain_depth, wrapped, instance, args, kwargs, "phase_timing.plain_step")
+
+
+def _plain_depth(worker) -> int:
+    return 0
 
 
 def timed_phase(phase: str, wrapped, args, kwargs):
