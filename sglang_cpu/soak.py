@@ -15,7 +15,8 @@ MAX_CONCURRENCY and falls back, in a triangle of PERIOD_S; requests of these kin
   meta_info of the aborted request);
 - disconnect: streamed, the client closes the connection after two chunks (SGLang aborts it; the client never sees
   its counts, so they bound the comparison instead of being in it);
-and a /flush_cache every FLUSH_EVERY_S (SGLang refuses while requests run: counted both ways).
+and a /flush_cache every FLUSH_EVERY_S (SGLang flushes only when no request runs: new requests wait until the
+running ones ended and the flush is done; counted, flushed or refused).
 
 Sampled every `sample_s`: each scheduler's RSS, the probe's log bytes, its eagle_probe_ series, and the sizes of the
 containers the probe keeps (sglang_cpu.probe_state). At the end: the probe's acceptance counts against the sum of
@@ -117,10 +118,53 @@ def one_request(server: SGLangServer, tally: Tally, rng: random.Random, number: 
             tally.errors.append(f"{kind}: {exc!r}"[:300])
 
 
+class Gate:
+    """Lets the flusher hold new requests back until the running ones ended: SGLang flushes its cache only idle."""
+
+    def __init__(self):
+        self.open = threading.Event()
+        self.open.set()
+        self.idle = threading.Condition()
+        self.running = 0
+
+    def enter(self) -> None:
+        self.open.wait()
+        with self.idle:
+            self.running += 1
+
+    def leave(self) -> None:
+        with self.idle:
+            self.running -= 1
+            self.idle.notify_all()
+
+    def drained(self, timeout_s: float) -> bool:
+        self.open.clear()
+        with self.idle:
+            return self.idle.wait_for(lambda: self.running == 0, timeout_s)
+
+
+def flush_cache(server: SGLangServer, gate: Gate, tally: Tally) -> None:
+    """Hold new requests, let the running ones end, POST /flush_cache (SGLang refuses while a request runs: a few
+    tries), let the requests go on."""
+    try:
+        if gate.drained(120.0):
+            for _ in range(5):
+                try:
+                    server._request("/flush_cache", {})
+                    tally.flushes["flushed"] += 1
+                    return
+                except Exception:  # noqa: BLE001  (not idle yet inside SGLang)
+                    time.sleep(0.5)
+        tally.flushes["refused"] += 1
+    finally:
+        gate.open.set()
+
+
 def drive(server: SGLangServer, tally: Tally, seconds: float, seed: int, tag: str) -> None:
     """The traffic for `seconds`, from MAX_CONCURRENCY worker threads and a /flush_cache thread."""
     started = time.monotonic()
     deadline = started + seconds
+    gate = Gate()
 
     def worker(index: int):
         rng, n = random.Random(seed * 1000 + index), 0
@@ -128,17 +172,17 @@ def drive(server: SGLangServer, tally: Tally, seconds: float, seed: int, tag: st
             if index >= concurrency(time.monotonic() - started):
                 time.sleep(0.25)
                 continue
-            one_request(server, tally, rng, f"{tag}-{index}-{n}")
+            gate.enter()
+            try:
+                one_request(server, tally, rng, f"{tag}-{index}-{n}")
+            finally:
+                gate.leave()
             n += 1
 
     def flusher():
         while time.monotonic() + FLUSH_EVERY_S < deadline:
             time.sleep(FLUSH_EVERY_S)
-            try:
-                server._request("/flush_cache", {})
-                tally.flushes["flushed"] += 1
-            except Exception:  # noqa: BLE001  (SGLang refuses while requests run)
-                tally.flushes["refused"] += 1
+            flush_cache(server, gate, tally)
 
     threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(MAX_CONCURRENCY)]
     threads.append(threading.Thread(target=flusher, daemon=True))

@@ -50,6 +50,7 @@ def test_every_kind_of_request_ran_without_an_error(soaked):
         assert kinds.get(kind, 0) > 0, kinds
     assert kinds.get("one_token (no spec counts in meta_info)", 0) > 0, kinds  # finished at prefill
     assert soaked["retracted_requests"]["probe"] > 0 and soaked["retracted_requests"]["plain"] > 0
+    assert soaked["flush_cache"]["probe"]["flushed"] > 0, soaked["flush_cache"]
 
 
 def test_the_probes_counts_are_sglangs_meta_info(soaked):
