@@ -248,4 +248,21 @@ GUIDE = {
         "acceptance extrapolated)",
         "serve that depth for that batch size: `eagle-probe advise --write FILE` and `--speculative-adaptive "
         "--speculative-adaptive-config FILE`; measure again, since an extrapolated depth is an estimate"),
+    F.DFLASH_TARGET_LAYERS_DEFAULTED: Guide(
+        f"{PROBE}, doctor",
+        "a DFlash or DSpark draft's config.json has no `dflash_config.target_layer_ids` (nor `target_layer_ids`, "
+        "`dspark_target_layer_ids`), so SGLang chose the target layers that feed it: one draft layer takes layer "
+        "n // 2, k > 1 draft layers are spread evenly from layer 1 to layer n - 3. SGLang logs nothing about it; a "
+        "draft trained on other layers is fed the wrong signal and acceptance collapses (the seed's bug, sglang "
+        "#21274, one generation on). Names the ids chosen and the HF hidden_states they capture",
+        "find the layers the draft was trained on (its training config) and write them into the draft's "
+        "config.json as `\"dflash_config\": {\"target_layer_ids\": [...]}` (ids are \"output of layer i\", HF "
+        "hidden_states[i + 1]); give them to the probe as EAGLE_PROBE_TRAINED_LAYERS (`hf:...`) to have a "
+        "mismatch named as `layer_mismatch`"),
+    F.DFLASH_LAYER_IDS_DISAGREE: Guide(
+        f"{PROBE}, doctor",
+        "the draft's config names both `target_layer_ids` (output of layer i) and "
+        "`eagle_aux_hidden_state_layer_ids` (capture positions, one higher) and they are not the same layers; "
+        "SGLang checks the two agree for one published family only and serves `target_layer_ids`",
+        "keep the one the draft was trained with and correct or drop the other"),
 }

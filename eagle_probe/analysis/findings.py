@@ -65,6 +65,8 @@ ACCEPTANCE_PAST_TRAINED_LENGTH = "acceptance_past_trained_length"  # analysis.tr
 ACCEPTANCE_BIMODAL = "acceptance_bimodal"  # analysis.bimodal
 SPECULATION_SLOWER_THAN_PLAIN = "speculation_slower_than_plain"  # analysis.speculation_cost
 SPECULATION_DEPTH_OFF = "speculation_depth_off"  # analysis.speculation_cost
+DFLASH_TARGET_LAYERS_DEFAULTED = "dflash_target_layers_defaulted"  # analysis.dflash_layers
+DFLASH_LAYER_IDS_DISAGREE = "dflash_layer_ids_disagree"  # analysis.dflash_layers
 
 ERROR, WARNING, INFO = "error", "warning", "info"
 
@@ -132,6 +134,12 @@ CODES = {
                                              "uncertainty"),
     SPECULATION_DEPTH_OFF: (INFO, "summarize, advise: another draft depth is estimated faster than the one served by "
                                   "a margin"),
+    DFLASH_TARGET_LAYERS_DEFAULTED: (WARNING, "a DFlash/DSpark draft's config names no target_layer_ids: SGLang "
+                                              "spread the draft's layer count over the target by its own formula, "
+                                              "unchecked against the layers the draft was trained on"),
+    DFLASH_LAYER_IDS_DISAGREE: (WARNING, "a DFlash/DSpark draft's config names target_layer_ids and "
+                                         "eagle_aux_hidden_state_layer_ids that are not the same layers (the second "
+                                         "one higher): SGLang serves the first"),
 }
 
 
