@@ -18,7 +18,7 @@ MAX_ACCURACY_POSITIONS = 64  # per-position training accuracies; real draft chai
 # The runtime's integrations (runtime/integrations ALL, as `eagle-probe compat` lists them), named here because the
 # shared vocabulary imports nothing of the runtime; tests/unit/test_disabled_integrations.py holds them equal.
 INTEGRATION_NAMES = ("model_runner", "targets", "llama_eagle3", "kimi_k25_eagle3", "acceptance", "retraction",
-                     "eagle_worker", "runner_paths", "request_classes", "phase_timing")
+                     "eagle_worker", "runner_paths", "request_classes", "phase_timing", "block_drafts")
 DRAFT_ACCURACY_ACCEPTED = ("a number in (0, 1] (one per-token accuracy), or comma-separated per-position "
                            "accuracies in (0, 1] as SpecForge logs them, e.g. 0.75,0.62,0.55")
 

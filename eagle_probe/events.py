@@ -25,12 +25,16 @@ ACCEPTANCE_SLICES = "eagle_probe.acceptance_slices"
 OBSERVABILITY = "eagle_probe.observability"
 CUSTOM_LABEL_NOT_SLICED = "eagle_probe.custom_label.not_sliced"
 SPEC_COSTS = "eagle_probe.spec.costs"
+BLOCK_CAPTURE = "eagle_probe.block_draft.capture"  # DFlash / DSpark: the target's capture for the block draft
+BLOCK_DRAFT_LOADED = "eagle_probe.block_draft.loaded"
+BLOCK_DRAFT_FED = "eagle_probe.block_draft.fed"
 
 # Written once per process, or on first sight of what they name: a rotated log's new file begins with them again
 # (runtime/sinks/rotation.py), and a reader drops the repeats (the very same line).
 ONCE_PER_PROCESS = frozenset({
     STARTED, CONFIG_ERROR, UNSUPPORTED_VERSION, INTEGRATION_SKIPPED, CAPTURE_CONFIGURED, TARGET_FORWARD, DRAFT_LOADED,
-    DRAFT_FORWARD, DUMP_STOPPED, FINDING, METRICS_EXPOSED, OBSERVABILITY, CUSTOM_LABEL_NOT_SLICED})
+    DRAFT_FORWARD, DUMP_STOPPED, FINDING, METRICS_EXPOSED, OBSERVABILITY, CUSTOM_LABEL_NOT_SLICED, BLOCK_CAPTURE,
+    BLOCK_DRAFT_LOADED, BLOCK_DRAFT_FED})
 
 
 # Periodic events whose counts run since the process started: a rotated log's new file begins with the latest of
@@ -170,4 +174,21 @@ CATALOGUE = {
     CONFIG_ERROR: Event("a bad `EAGLE_PROBE_*` value (the probe stays off; the server runs normally)", (
         "variable", "value", "accepted")),
     INTERNAL_ERROR: Event("first exception at a probe site (then counted only)", ("where", "error")),
+    BLOCK_CAPTURE: Event("the outermost `set_dflash_layers_to_capture` / `set_dspark_layers_to_capture` call (DFlash, "
+                         "DSpark drafts)", (
+        "model_class", "role", "algorithm: dflash or dspark", "setter", "requested_ids: the target_layer_ids SGLang "
+        "passed", "layers_to_capture: the positions the setter stored", "rule: plus_one / as_given / other, read from "
+        "the two", "rule_text", "slots: slot, capture_index, hf_index, label", "num_layers",
+        "ids_source: dflash_config.target_layer_ids, target_layer_ids, dspark_target_layer_ids, "
+        "dspark_config.target_layer_ids, default (SGLang chose them) or unknown", "default_ids: SGLang's default for "
+        "this target and draft", "num_draft_layers", "draft_config: where the draft's config.json was read, or why "
+        "not", "is_last_pp_stage", "caller")),
+    BLOCK_DRAFT_LOADED: Event("the DFlash worker's set-up returned", (
+        "worker_class", "model_class", "block_size: served", "config_block_size: the checkpoint's",
+        "draft_positions: block_size - 1, the tokens a block proposes", "mask_token_id", "num_draft_layers",
+        "num_context_features: K", "hidden_size", "fc_in", "fc_out", "fc_expected_in: K x hidden_size",
+        "target_layer_ids: the draft's own (null: its config names none)")),
+    BLOCK_DRAFT_FED: Event("a new signature of what a hand-off feeds the block draft's `project_target_hidden`", (
+        "worker_class", "mode: EXTEND or TARGET_VERIFY", "width", "expected_width: the draft's fc input", "rows",
+        "dtype")),
 }

@@ -216,3 +216,57 @@ class DraftVocabulary:
     target_vocab_size: int | None
     map_kind: str  # vocab_coverage.MAP_FULL, MAP_D2T or MAP_NONE
     hot_ids: tuple[int, ...] | None  # the target ids it can propose (None: every id)
+
+
+@dataclass(frozen=True)
+class BlockCaptureConfigured:
+    """A block-diffusion (DFlash, DSpark) draft's capture set-up on the target: the outermost
+    set_dflash_layers_to_capture / set_dspark_layers_to_capture call, the positions it stored, and what the draft's
+    config.json says of the ids (`draft_config`: analysis.dflash_layers.BlockDraftConfig, None when unread)."""
+
+    model_class: str
+    setter: str  # the setter called (its algorithm: "dflash" or "dspark")
+    requested_ids: tuple[int, ...] | None
+    layers_to_capture: tuple[int, ...]
+    num_layers: int
+    is_last_pp_stage: bool
+    draft_config: object | None  # BlockDraftConfig
+    draft_config_path: str | None  # where it was read, or why not
+    caller: str
+
+    @property
+    def algorithm(self) -> str:
+        return "dspark" if "dspark" in self.setter else "dflash"
+
+
+@dataclass(frozen=True)
+class BlockDraftLoaded:
+    """The block-diffusion worker after its set-up: the block it drafts and the draft's projection of the target's
+    states (fc: K x hidden in, hidden out)."""
+
+    worker_class: str
+    model_class: str  # the draft model's class
+    block_size: int | None  # served (--speculative-num-draft-tokens, else the checkpoint's)
+    config_block_size: int | None  # the checkpoint's dflash_config.block_size
+    mask_token_id: int | None
+    num_draft_layers: int | None
+    num_context_features: int | None  # K: the target states the draft's fc takes per token
+    hidden_size: int | None
+    fc_in: int | None
+    fc_out: int | None
+    target_layer_ids: tuple[int, ...] | None  # the draft's own parsed ids (None: its config names none)
+
+
+class BlockDraftFed(NamedTuple):
+    """What one hand-off fed the block draft's projection (project_target_hidden): the target's concatenated states."""
+
+    worker_class: str
+    mode: str  # EXTEND (after a prefill) or TARGET_VERIFY (after a verify)
+    width: int
+    expected_width: int | None  # the draft's fc input width
+    rows: int
+    dtype: str
+    is_graph: bool | None = None
+
+    def signature(self) -> tuple:
+        return (self.worker_class, self.mode, self.width, self.expected_width, self.dtype)

@@ -169,6 +169,14 @@ WORKER_DRAFT_HOOK = "EagleDraftWorker.draft"
 WORKER_VERIFY_HOOK = "EAGLEWorkerV2.verify"
 WORKER_DECODE_HOOK = "EagleDraftWorker._draft_extend_for_decode"  # (batch, batch_result, ...)
 WORKER_HOOKS = (WORKER_PREFILL_HOOK, WORKER_DECODE_HOOK, WORKER_STEP_HOOK, WORKER_DRAFT_HOOK, WORKER_VERIFY_HOOK)
+# Block-diffusion drafts (runtime/integrations/block_drafts.py): the DFlash worker (DSpark's subclasses it), from
+# 0.5.14 (0.5.11 to 0.5.13 have a v1 DFlash worker the probe does not wrap). Its set-up, its step, and the hand-off of
+# the target's hidden states to the draft (keyword-only: target_hidden, cache_loc, positions, ...).
+BLOCK_WORKER_MODULE = "sglang.srt.speculative.dflash_worker_v2"
+BLOCK_WORKER_INIT_HOOK = "DFlashWorkerV2.__init__"
+BLOCK_WORKER_STEP_HOOK = "DFlashWorkerV2.forward_batch_generation"
+BLOCK_WORKER_FEED_HOOK = "DFlashWorkerV2._append_target_hidden_to_draft_kv_by_loc"
+BLOCK_ALGORITHMS = ("DFLASH", "DSPARK")  # --speculative-algorithm values whose drafts propose a block
 # A server without speculation (runtime/integrations/phase_timing.py): the scheduler's step on the target worker,
 # (batch, ...); timed on a plain decode batch, the measured plain step `eagle-probe advise` compares with.
 PLAIN_WORKER_MODULE = "sglang.srt.managers.tp_worker"
@@ -277,6 +285,7 @@ SUPPORTED_MAX: Version = RELEASES[-1][:3] + (0,)  # the newest final release; it
 _OLD_CAPTURE_FLAG = "sglang.srt.model_executor.cuda_graph_runner"
 _OLD_TBO = "model_forward_maybe_tbo"
 _KIMI_DRAFT = "sglang.srt.models.kimi_k25_eagle3"  # Kimi-K2.5's EAGLE-3 MLA draft, from 0.5.12
+_BLOCK_WORKER = BLOCK_WORKER_MODULE  # from 0.5.14
 
 # Ordered by first release; a release uses the last row whose `first` is <= it. Pre-releases are not proven: one
 # inside the range gets the row of the proven release it follows (parse_version), one outside leaves the probe off.
@@ -291,7 +300,7 @@ RULES = (
                     _v2(_OUTPUT_MIXIN, "SchedulerOutputProcessorMixin._resolve_spec_overlap_token_ids",
                         "accept_length_per_req_cpu", f"{SPEC_V2_ENV}=1")),
         spec_v2_default=False, rank_source=RANKS_PARALLEL_STATE, dp_rank_from_dp_attention=True,
-        draft_reads_num_aux=False, absent_modules=(_KIMI_DRAFT,)),
+        draft_reads_num_aux=False, absent_modules=(_KIMI_DRAFT, _BLOCK_WORKER)),
     VersionRules(
         (0, 5, 11, 0), PLUS_ONE_ALWAYS, "list", False, False, verified=False,
         capture_flag_module=_OLD_CAPTURE_FLAG, tbo_helper=_OLD_TBO,
@@ -299,20 +308,22 @@ RULES = (
                         "num_accepted_drafts_per_req_cpu", "default"),
                     _v1("num_accepted_drafts_per_req_cpu", f"{SPEC_V2_ENV}=0")),
         spec_v2_default=True, rank_source=RANKS_PARALLEL_STATE, dp_rank_from_dp_attention=True,
-        draft_reads_num_aux=False, absent_modules=(_KIMI_DRAFT,)),
+        draft_reads_num_aux=False, absent_modules=(_KIMI_DRAFT, _BLOCK_WORKER)),
     VersionRules(
         (0, 5, 12, 0), PLUS_ONE_ALWAYS, "list", False, False, verified=False, request_classes=True,
         capture_flag_module=_OLD_CAPTURE_FLAG, tbo_helper=_OLD_TBO,
         acceptance=(_v2(_OUTPUT_MIXIN, "SchedulerOutputProcessorMixin._resolve_spec_overlap_tokens",
                         "num_correct_drafts_per_req_cpu", "default"),
                     _v1("num_correct_drafts_per_req_cpu", f"{SPEC_V2_ENV}=0", tokens_field="accept_tokens")),
-        spec_v2_default=True, rank_source=RANKS_PARALLEL_STATE, dp_rank_from_dp_attention=True),
+        spec_v2_default=True, rank_source=RANKS_PARALLEL_STATE, dp_rank_from_dp_attention=True,
+        absent_modules=(_BLOCK_WORKER,)),
     VersionRules(
         (0, 5, 13, 0), PLUS_ONE_IF_FIRST_IS_ONE, "list", False, False, verified=False, request_classes=True,
         capture_flag_module=_OLD_CAPTURE_FLAG, tbo_helper=_OLD_TBO,
         acceptance=(_v2(_BATCH_RESULT, "SchedulerBatchResultProcessor._resolve_spec_v2_tokens",
                         "num_correct_drafts_per_req_cpu", "default"),),
-        spec_v2_default=True, rank_source=RANKS_PARALLEL_STATE, dp_rank_from_dp_attention=True),
+        spec_v2_default=True, rank_source=RANKS_PARALLEL_STATE, dp_rank_from_dp_attention=True,
+        absent_modules=(_BLOCK_WORKER,)),
     VersionRules(
         (0, 5, 14, 0), PLUS_ONE_IF_FIRST_IS_ONE, "list", False, True, verified=False, request_classes=True,
         tbo_helper=_OLD_TBO,

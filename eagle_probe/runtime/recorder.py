@@ -234,6 +234,18 @@ class Recorder:
         self.ensure_ranks()
         self.observe("draft_loaded", obs)
 
+    def block_capture_configured(self, obs):
+        self.ensure_ranks()
+        self.observe("block_capture_configured", obs)
+
+    def block_draft_loaded(self, obs):
+        self.ensure_ranks()
+        self.observe("block_draft_loaded", obs)
+
+    def block_draft_fed(self, obs):
+        self.ensure_ranks()
+        self.observe("block_draft_fed", obs)
+
     def aux_sampled(self, context, values):
         """A sampled forward's fingerprints, read from host memory."""
         self.ensure_ranks()

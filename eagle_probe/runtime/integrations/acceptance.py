@@ -59,15 +59,30 @@ def _draft_positions(instance, result=None) -> int:
     if _positions:
         return _positions[0]
     steps = None
-    for owner in (instance, getattr(instance, "server_args", None), sglang_context.spec()):
+    owners = (instance, getattr(instance, "server_args", None), sglang_context.spec())
+    for owner in owners:
         value = getattr(owner, "speculative_num_steps", None)
         if isinstance(value, int):
             steps = value
             break
-    if steps is None:  # a chain proposes num_draft_tokens - 1 tokens; the last is the bonus
-        return int(result.speculative_num_draft_tokens) - int(getattr(result, "num_non_draft_tokens_per_req", 1))
+    if steps is None or _block_draft(owners):
+        # a chain proposes num_draft_tokens - 1 tokens, the last is the bonus; so does a block draft (DFlash, DSpark),
+        # whose launch sets speculative_num_steps to 1 whatever its block
+        if result is None or type(result.speculative_num_draft_tokens) is not int:
+            return steps or 0
+        steps = int(result.speculative_num_draft_tokens) - int(getattr(result, "num_non_draft_tokens_per_req", 1))
     _positions.append(steps)
     return steps
+
+
+def _block_draft(owners) -> bool:
+    """Whether the server's speculative algorithm drafts a block (versions.BLOCK_ALGORITHMS)."""
+    for owner in owners:
+        algorithm = getattr(owner, "speculative_algorithm", None)
+        if algorithm is not None:
+            name = getattr(algorithm, "name", algorithm)
+            return str(name).upper() in versions.BLOCK_ALGORITHMS
+    return False
 
 
 def _step_shape(instance, result):

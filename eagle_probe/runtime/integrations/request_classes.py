@@ -63,6 +63,16 @@ def _label_values(manager) -> LabelValues:
     return _labels[0]
 
 
+def _launch_positions(args) -> int:
+    """The drafts a step proposes at launch: the speculative steps, or a block draft's block less its bonus token
+    (DFlash and DSpark launch with speculative_num_steps 1 whatever their block)."""
+    algorithm = getattr(args, "speculative_algorithm", None)
+    tokens = getattr(args, "speculative_num_draft_tokens", None)
+    if str(getattr(algorithm, "name", algorithm)).upper() in versions.BLOCK_ALGORITHMS and isinstance(tokens, int):
+        return tokens - 1
+    return args.speculative_num_steps or 0
+
+
 def _finished(manager, recv_obj, i: int):
     recorder = STATE.recorder
     recorder.ensure_http_server(manager.server_args)  # its node and host, and SGLang's /metrics for its series
@@ -72,7 +82,7 @@ def _finished(manager, recv_obj, i: int):
         return  # no verify step (the request ended at its prefill)
     # Adaptive depth drafts deeper than the launch steps, and this process never sees a step's own depth: the
     # histogram's length bounds it (its accepted drafts are never clamped).
-    positions = max(manager.server_args.speculative_num_steps or 0, len(histograms[i]) - 1)
+    positions = max(_launch_positions(manager.server_args), len(histograms[i]) - 1)
     values = _label_values(manager)
     classes = ((ENTRY, entry), *values.buckets(labels))
     for key, why in values.take_news():

@@ -18,7 +18,7 @@ from ..context.callers import caller_chain, during_graph_setup
 from ..context.roles import role_of
 from ..patcher import PATCHER, Integration, PatchTarget
 from ..state import STATE
-from . import target_forward
+from . import block_drafts, target_forward
 from .model_runner import graphs_captured
 from .target_forward import forget_static_facts, model_forward_wrapper  # noqa: F401  (model_runner, benchmarks)
 
@@ -56,6 +56,7 @@ def discover_class(cls) -> None:
     owner = _owner(cls, SETTER)
     if owner is not None:
         PATCHER.wrap_found(owner, SETTER, set_eagle3_layers_to_capture_wrapper)
+    block_drafts.discover_class(cls, _owner)  # the DFlash / DSpark setters of the same class
 
 
 def _wrap_inner(inner_cls, row) -> None:

@@ -2,6 +2,7 @@
 order in which each observation and each periodic event is handed on."""
 
 from .acceptance import Acceptance
+from .block_draft import BlockDrafts
 from .capture import CaptureLayers
 from .costs import Costs
 from .coverage import Coverage
@@ -15,6 +16,7 @@ PARTS = (
     Forwards,  # forward counts, the summary event
     CaptureLayers,  # capture set-up, forward shapes, layers seen per path
     DraftFacts,  # the draft's load-time facts and input widths, its layers against the target's
+    BlockDrafts,  # DFlash / DSpark drafts: the target's capture for them, their facts and feed, their layer findings
     Values,  # fingerprints, reference, non-finite, identical slots
     Dumps,  # opt-in dumps of what the draft is fed
     Coverage,  # verified tokens inside the draft's vocabulary (before Acceptance: a collapse names it)
