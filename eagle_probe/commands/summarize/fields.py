@@ -195,6 +195,9 @@ BY_EVENT = {
                          "d2t_size": OPT_INT},
     names.DRAFT_FORWARD: {"mode": OPT_STR, "aux_width": OPT_INT, "fc_in": OPT_INT, "fc_ran": OPT_BOOL},
     names.DUMP_WRITTEN: {"path": OPT_STR},
+    names.BLOCK_CAPTURE: {"model_class": OPT_STR, "algorithm": OPT_STR, "requested_ids": OPT_INTS,
+                          "layers_to_capture": OPT_INTS, "slots": OPT_SLOTS, "ids_source": OPT_STR,
+                          "rule_text": OPT_STR},
     names.SPEC_COSTS: {"source": OPT_STR, "topk": OPT_INT, "steps": OPT_COST_STEPS, "forwards": OPT_COST_FORWARDS,
                        "acceptance": OPT_SURVIVAL, "server": OPT_STR, "plain_steps": OPT_PLAIN_STEPS},
     names.AUX_FINGERPRINT: {

@@ -78,7 +78,8 @@ def _distinct_forwards(forwards):
 _LATEST = {names.STARTED: "started", names.SUMMARY: "summary", names.OBSERVABILITY: "statement"}
 _LISTED = {names.CAPTURE_CONFIGURED: "capture", names.TARGET_FORWARD: "forwards", names.DRAFT_LOADED: "draft",
            names.DRAFT_FORWARD: "draft", names.FINDING: "findings", names.INTERNAL_ERROR: "errors",
-           names.ACCEPTANCE: "acceptance"}
+           names.ACCEPTANCE: "acceptance", names.BLOCK_CAPTURE: "draft", names.BLOCK_DRAFT_LOADED: "draft",
+           names.BLOCK_DRAFT_FED: "draft"}
 
 
 def build_report(events: list, input_stats=None, draft_accuracy=None, draft_max_length=None, inputs=None) -> dict:

@@ -1,6 +1,7 @@
 """`eagle-probe summarize`'s text report: report.build_report's dict drawn as lines, one block per rank, then the
 sections that span ranks (training, slices, speculation, values) and what was read."""
 
+from ... import events as names
 from .acceptance import render_acceptance_text
 from .coverage import render_coverage_line
 from .fields import rank_key
@@ -98,10 +99,21 @@ def _forward_line(fwd: dict) -> str:
 
 
 def _draft_line(ev: dict) -> str:
+    if ev.get("event") == names.BLOCK_CAPTURE:
+        return _block_capture_line(ev)
     # The draft event's own fields: where it ran is the rank's heading already.
     fields = ", ".join(f"{k}={v}" for k, v in ev.items() if k not in (
         "event", "timestamp", "level", "logger", "pid", "host", *RANK_FIELDS))
     return f"  {ev['event'].split('.', 1)[1]}: {fields}"
+
+
+def _block_capture_line(ev: dict) -> str:
+    """A DFlash/DSpark capture: the ids, where they came from, and what each slot holds."""
+    source = ev.get("ids_source")
+    source = "SGLang's default: the draft config names none" if source == "default" else source
+    slots = ", ".join(f"{s.get('hf_index')} ({s.get('label')})" for s in ev.get("slots") or [] if isinstance(s, dict))
+    return (f"  block-draft capture ({ev.get('algorithm')}, {ev.get('model_class')}): target_layer_ids "
+            f"{ev.get('requested_ids')} ({source}) -> HF hidden_states {slots or 'none'}; {ev.get('rule_text')}")
 
 
 def _forward_count_lines(rank: dict) -> list:
