@@ -254,7 +254,7 @@ class BlockDraftLoaded:
     hidden_size: int | None
     fc_in: int | None
     fc_out: int | None
-    target_layer_ids: tuple[int, ...] | None  # the draft's own parsed ids (None: its config names none)
+    target_layer_ids: tuple[int, ...] | None  # the draft's own parsed ids (None: none named, or before 0.5.19)
 
 
 class BlockDraftFed(NamedTuple):

@@ -9,6 +9,7 @@ import ast
 from ... import versions
 from ...analysis.draft_ids import DRAFT_CLASSES
 from ...versions import RANKS_RUNTIME_CONTEXT, V1_WORKER, VersionRules
+from .block_draft_claims import block_draft_claims
 from .claims import Claim, absent, body_check, dataclass_field, defines, env_default, module_mentions, sets_attributes
 from .config_key_claims import config_key_claims
 from .draft_claims import KIMI_MODULE, draft_id_claims
@@ -323,4 +324,5 @@ def claims_for(rules: VersionRules, integrations=None, release=None) -> tuple[li
     targets, notes = target_claims(rules, integrations, release)
     version = versions.format_version(release or rules.first)  # the forward keys' table is per release, not per row
     present = [name for name, row in DRAFT_CLASSES.items() if row.module not in rules.absent_modules]
-    return targets + list(ATTRIBUTES_READ) + _rule_claims(rules) + config_key_claims(version, present), notes
+    return (targets + list(ATTRIBUTES_READ) + _rule_claims(rules) + config_key_claims(version, present)
+            + block_draft_claims(rules)), notes
