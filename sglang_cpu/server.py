@@ -183,6 +183,16 @@ class SGLangServer:
                     return int(arg.split("=", 1)[1])
         return 1
 
+    def speculative_algorithm(self):
+        """The --speculative-algorithm among the extra args (e.g. "EAGLE3", "DFLASH"); None without one."""
+        args = self.extra_args
+        for i, arg in enumerate(args):
+            if arg == "--speculative-algorithm" and i + 1 < len(args):
+                return args[i + 1]
+            if arg.startswith("--speculative-algorithm="):
+                return arg.split("=", 1)[1]
+        return None
+
     def start(self, timeout=None):
         """Start the server and wait until ``/health`` answers 200 (after SGLang's warm-up).
 
@@ -269,7 +279,8 @@ class SGLangServer:
         if not path:
             return
         record = {"log": self.log_path, "seconds": round(self.startup_seconds, 2), "attempts": self.start_attempts,
-                  "tp_size": self.tp_size(), "speculative": "--speculative-draft-model-path" in self.extra_args}
+                  "tp_size": self.tp_size(), "speculative": "--speculative-draft-model-path" in self.extra_args,
+                  "algorithm": self.speculative_algorithm()}
         try:
             with open(path, "a", encoding="utf-8") as f:
                 f.write(json.dumps(record) + "\n")

@@ -43,6 +43,9 @@ What is patched:
    kernel when the CPU engine's op is missing; a server only seeds coins with
    ``--enable-deterministic-inference``, which 0.5.23 refuses for torch_native, so sampled CPU servers use
    torch.rand coins.
+7. DFLASH (``--speculative-algorithm DFLASH``, a ``DFlashDraftModel`` draft, SGLang 0.5.23): ``apply()`` also applies
+   ``sglang_cpu.dflash_shims`` (the platform gate, ``torch_native`` as a draft attention backend, ``record_stream`` on
+   CPU tensors, float32 ``input_embeds``); its verify window's slots come from item 5's ``assign_extend_cache_locs``.
 (``MHATokenToKVPool._init_kv_copy_and_warmup`` is already a no-op through ``shims.apply()``.)
 """
 
@@ -415,3 +418,7 @@ def apply() -> None:
         from sglang_cpu import spec_shims_058
 
         spec_shims_058.apply()
+    else:  # DFLASH (block-diffusion drafts) on the CPU: sglang_cpu.dflash_shims
+        from sglang_cpu import dflash_shims
+
+        dflash_shims.apply()

@@ -152,4 +152,5 @@ def pytest_terminal_summary(terminalreporter):
               f"{STARTUP_TIMEOUT_S:.0f} s; {len(retried)} retried after a port collision")
         for record in slowest[:5]:
             write(f"  {record['seconds']:6.1f} s  tp {record.get('tp_size', 1)}  "
-                  f"{'EAGLE-3' if record.get('speculative') else 'target only'}  {record['log']}")
+                  f"{(record.get('algorithm') or 'EAGLE-3') if record.get('speculative') else 'target only'}  "
+                  f"{record['log']}")

@@ -1,7 +1,7 @@
 """Loaded through PYTHONPATH in SGLang's processes (tests and example only): applies the CPU shims.
 
-With SGLANG_CPU_SPEC=1 in the environment it also applies the speculative (EAGLE-3) shims of
-`sglang_cpu.spec_shims` and sets TRITON_INTERPRET=1 before anything imports Triton. With SGLANG_CPU_TP=1
+With SGLANG_CPU_SPEC=1 in the environment it also applies the speculative shims of `sglang_cpu.spec_shims` (EAGLE-3,
+and through it `sglang_cpu.dflash_shims` for DFLASH drafts) and sets TRITON_INTERPRET=1 before anything imports Triton. With SGLANG_CPU_TP=1
 it applies `sglang_cpu.tp_shims` (pynccl off, for --tp-size 2), and with SGLANG_CPU_PERTURB_AUX="RANK:SLOT:SCALE"
 the test-only aux perturbation, registered here so that it wraps DeepseekV2Model.forward before the probe does.
 With SGLANG_CPU_DP_ATTENTION=1 it applies `sglang_cpu.dp_shims` (DP attention's CPU branches).
