@@ -2,13 +2,15 @@
 
 It predicts, for one SGLang release, which residual-stream indices the target captures on each path
 (eager, CUDA-graph capture, Two-Batch-Overlap) and compares them with what the draft expects, with the
-same findings as the running probe (analysis.config_rules, analysis.draft_rules, analysis.findings).
+same findings as the running probe (analysis.config_rules, analysis.draft_rules, analysis.findings). For a
+DFlash/DSpark draft (doctor_block) it says instead which target_layer_ids SGLang uses, where they came from (the
+draft config or SGLang's silent default) and the HF hidden_states they capture.
 Exit status: 0 clean (warnings allowed), 1 a finding of severity error, 2 bad input.
 """
 
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..analysis import draft_config_keys, draft_ids
 from ..analysis.config_rules import (
@@ -30,7 +32,7 @@ from ..analysis.findings import ERROR
 from ..analysis.layers import TRAINED_LAYERS_HELP, capture_label
 from ..draft_dir import TrainedLength, trained_length
 from ..versions import ResolvedSGLang, resolve_sglang
-from . import target_family
+from . import doctor_block, target_family
 from .doctor_configs import (  # noqa: F401 (load_config_json, parse_target, parse_draft: doctor's readers, kept here)
     NESTED_TEXT_KEYS,
     DoctorInputError,
@@ -45,7 +47,7 @@ from .output import emit, finding_line, fix_lines
 @dataclass(frozen=True)
 class DoctorRequest:
     """What doctor is asked: the two configs, the release and the launch (`spec`: the speculation flags,
-    config_rules.SPECULATION_FLAGS' dests)."""
+    config_rules.SPECULATION_FLAGS' dests; `algorithm` None: the draft config's kind decides)."""
 
     target: str
     draft: str
@@ -53,7 +55,7 @@ class DoctorRequest:
     trained_layers: str | None = None
     tbo: bool = False
     cuda_graph: bool = True
-    algorithm: str = EAGLE3
+    algorithm: str | None = EAGLE3
     pp_size: int = 1
     pp_partition: str | None = None
     spec: dict | None = None
@@ -129,9 +131,9 @@ def _check_pipeline(request: DoctorRequest, partition, target: TargetSpec, targe
                                f"to {target.num_layers} (the target's num_hidden_layers)")
 
 
-def read_configs(request: DoctorRequest, release: ResolvedSGLang, notes: list[str]) -> Configs:
-    target_file, target_data = load_config_json(request.target, "target")
-    draft_file, draft_data = load_config_json(request.draft, "draft")
+def read_configs(request: DoctorRequest, release: ResolvedSGLang, notes: list[str],
+                 loaded: tuple[tuple[str, dict], tuple[str, dict]]) -> Configs:
+    (target_file, target_data), (draft_file, draft_data) = loaded
     resolved = target_family.resolve(target_data, release.version)
     target, tnotes = parse_target(target_data, target_file, need_fkdr=request.tbo and resolved.served,
                                   family=resolved.family)
@@ -148,12 +150,18 @@ def diagnose(request: DoctorRequest) -> dict:
     release = resolve_release(request.sglang_version, notes)
     partition = _partition(request)
     trained = parse_trained_layers(request.trained_layers) if request.trained_layers else None
-    shape = speculation_for(request.spec or {}, request.algorithm, request.tbo, release.version, DoctorInputError)
-    configs = read_configs(request, release, notes)
+    loaded = load_config_json(request.target, "target"), load_config_json(request.draft, "draft")
+    algorithm = doctor_block.resolve_algorithm(request.algorithm, loaded[1][1], loaded[1][0])
+    given = "given" if request.algorithm is not None else "from the draft config"
+    request = replace(request, algorithm=algorithm)
+    if algorithm in doctor_block.BLOCK_ALGORITHMS:  # DFlash/DSpark: the target layers feeding the block draft
+        return doctor_block.diagnose_block(request, release, trained, loaded[0], loaded[1], given)
+    shape = speculation_for(request.spec or {}, algorithm, request.tbo, release.version, DoctorInputError)
+    configs = read_configs(request, release, notes, loaded)
     if not configs.resolved.served:
         return _not_served(release, configs, notes)
     _check_pipeline(request, partition, configs.target, configs.target_file)
-    launch = LaunchSpec(request.algorithm, request.cuda_graph, request.tbo, request.pp_size, partition)
+    launch = LaunchSpec(algorithm, request.cuda_graph, request.tbo, request.pp_size, partition)
     pred = predict(configs.target, configs.draft, release.rules, launch)
     found = [configs.resolved.finding] if configs.resolved.finding else []
     found += config_findings(configs.target, configs.draft, release.rules, launch, trained, pred)
@@ -260,6 +268,8 @@ def _fmt_slots(slots) -> str:
 
 
 def render_text(result: dict) -> str:
+    if result.get("block_draft"):
+        return doctor_block.render_text(result)
     t, d, la = result["target"], result["draft"], result["launch"]
     out = [f"eagle-probe doctor: SGLang {result['sglang_version'] or '(newest rules)'}: {result['rules']}"
            + ("" if result["rules_verified"] else " [rules from the source map, not run here]"),
@@ -320,15 +330,16 @@ def add_parser(sub) -> None:
     doc = sub.add_parser("doctor", help="predict captures and findings from the target's and draft's config.json",
                          description=__doc__)
     doc.add_argument("--target", required=True, help="target model directory (or its config.json)")
-    doc.add_argument("--draft", required=True, help="EAGLE-3 draft directory (or its config.json)")
+    doc.add_argument("--draft", required=True, help="EAGLE-3, DFlash or DSpark draft directory (or its config.json)")
     doc.add_argument("--sglang-version", help="SGLang release whose rules apply (default: the installed one)")
     doc.add_argument("--trained-layers", help=TRAINED_LAYERS_HELP)
     doc.add_argument("--tbo", "--enable-two-batch-overlap", action="store_true", help="two-batch overlap on")
     doc.add_argument("--cuda-graph", dest="cuda_graph", action="store_true", default=True,
                      help="CUDA graphs on (default)")
     doc.add_argument("--no-cuda-graph", dest="cuda_graph", action="store_false", help="--disable-cuda-graph")
-    doc.add_argument("--speculative-algorithm", choices=(EAGLE3, EAGLE), default=EAGLE3,
-                     help="the server's --speculative-algorithm (default EAGLE3)")
+    doc.add_argument("--speculative-algorithm", choices=(EAGLE3, EAGLE, *doctor_block.BLOCK_ALGORITHMS), default=None,
+                     help="the server's --speculative-algorithm (default: DFLASH or DSPARK for a block-diffusion "
+                     "draft's config, else EAGLE3)")
     doc.add_argument("--pp-size", type=int, default=1, help="pipeline-parallel size (default 1)")
     doc.add_argument("--pp-partition", help="SGLANG_PP_LAYER_PARTITION, e.g. 15,15,15,16")
     add_speculation_options(doc)

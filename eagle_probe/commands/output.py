@@ -17,8 +17,9 @@ def finding_line(finding) -> str:
     return f"{get('severity').upper()} {get('code')}: {get('message')}"
 
 
-def fix_lines(goal: str, ids: list | None, impossible: str | None, notes: list[str]) -> list[str]:
-    """The draft-config ids that reach a wiring on this release, or why none can, and the caveats."""
-    head = (f"{goal}: eagle_aux_hidden_state_layer_ids = {ids}" if ids is not None
+def fix_lines(goal: str, ids: list | None, impossible: str | None, notes: list[str],
+              key: str = "eagle_aux_hidden_state_layer_ids") -> list[str]:
+    """The draft-config ids (`key`) that reach a wiring on this release, or why none can, and the caveats."""
+    head = (f"{goal}: {key} = {ids}" if ids is not None
             else f"{goal}: impossible in this release: {impossible}")
     return [head] + [f"  but: {note}" for note in notes]

@@ -5,7 +5,9 @@ compares, slot by slot, the served aux states with the training aux states of th
 relative difference (1 - 2 sum(xy) / (sum(x^2) + sum(y^2))) per token, summarised. With all-layer dumps it also
 says which served HF index each training slot matches best, and the eagle_aux_hidden_state_layer_ids that make
 the target capture those, by the rule of the target's family (`--target DIR`: its config.json `architectures`;
-default: the class the dumps name). `--server URL -n N` first sends N training samples' input ids to a running
+default: the class the dumps name); for a DFlash/DSpark draft (`--draft DIR`) the ids are its config's
+dflash_config.target_layer_ids (id i captures HF hidden_states[i + 1]): the comparison itself is the same for any
+draft. `--server URL -n N` first sends N training samples' input ids to a running
 server whose probe dumps every EXTEND forward into --dump-dir.
 """
 
@@ -14,10 +16,12 @@ import json
 import sys
 
 from .. import versions
+from ..analysis.dflash_layers import is_block_draft_config
 from ..analysis.draft_rules import ids_for_capture
 from ..analysis.findings import aux_value_mismatch_finding
 from ..analysis.layers import capture_label
-from . import target_family
+from . import block_drafts, target_family
+from .doctor_configs import DoctorInputError, load_config_json
 from .dump_dir_option import add_dump_dir_option
 from .dump_files import DumpError, read_dump_dir, wait_until_written
 from .output import finding_line, fix_lines
@@ -42,6 +46,8 @@ def add_parser(subparsers):
                         "the family whose rule gives the ids to set (default: the model class the dumps name)")
     parser.add_argument("--sglang-version", help="SGLang release whose rules give the ids to set (default: the "
                         "dumps' release, else the installed one)")
+    parser.add_argument("--draft", help="the draft directory (or its config.json): a DFlash/DSpark draft gets the ids "
+                        "to set as dflash_config.target_layer_ids (an EAGLE-3 draft changes nothing)")
     parser.add_argument("--format", choices=("text", "json"), default="text")
     parser.set_defaults(func=run)
     return parser
@@ -149,6 +155,23 @@ def ids_to_set(report: dict, num_layers: int, release: versions.ResolvedSGLang, 
     return out
 
 
+def _fix(args, report: dict, num_layers: int, release: versions.ResolvedSGLang, meta: dict,
+         block: bool) -> dict | None:
+    """ids_to_set for a block draft (its target_layer_ids), else for the target's family."""
+    if block:
+        trained = [e["best_hf_index"] for e in report["slots"]]
+        return None if not trained or None in trained else block_drafts.ids_to_set(trained, num_layers, release.text)
+    if args.target:
+        try:
+            resolved = target_family.resolve_directory(args.target, release.version)
+        except target_family.TargetConfigError as exc:
+            raise target_family.TargetConfigError(f"--target {args.target}: {exc}") from None
+    else:
+        model_class = meta.get("model_class")
+        resolved = target_family.resolve({"architectures": [model_class]} if model_class else {}, release.version)
+    return ids_to_set(report, num_layers, release, resolved)
+
+
 def send_samples(url: str, samples, n: int) -> int:
     """Prefill the first n samples' input ids on the SGLang server at `url` (one new token each), once it has
     answered as SGLang; returns how many were sent. ServerError for a server that cannot be used."""
@@ -177,7 +200,7 @@ def render(report: dict, found: list) -> str:
     if fix is not None:
         lines.append(f"target family: {fix['family']}")
         lines += fix_lines(f"to capture the trained layers HF {fix['trained_hf']} (SGLang {fix['sglang_version']})",
-                           fix["ids"], fix["impossible"], [])
+                           fix["ids"], fix["impossible"], [], fix.get("key", "eagle_aux_hidden_state_layer_ids"))
     if not report["positions_matched"]:
         lines.append("no served tokens match a training sample: serve the samples' input ids (--server) with "
                      "--disable-radix-cache and EAGLE_PROBE_DUMP_EVERY=1")
@@ -185,6 +208,11 @@ def render(report: dict, found: list) -> str:
 
 
 def run(args) -> int:
+    try:
+        block = args.draft is not None and is_block_draft_config(load_config_json(args.draft, "--draft")[1])
+    except DoctorInputError as exc:
+        print(f"eagle-probe parity: {exc}", file=sys.stderr)
+        return 2
     try:
         data = read_samples(args.data)
         if args.server:
@@ -207,17 +235,11 @@ def run(args) -> int:
         print(f"eagle-probe parity: --sglang-version {args.sglang_version!r}: not a release number such as 0.5.23",
               file=sys.stderr)
         return 2
-    version = release.version
-    if args.target:
-        try:
-            resolved = target_family.resolve_directory(args.target, version)
-        except target_family.TargetConfigError as exc:
-            print(f"eagle-probe parity: --target {args.target}: {exc}", file=sys.stderr)
-            return 2
-    else:
-        model_class = meta.get("model_class")
-        resolved = target_family.resolve({"architectures": [model_class]} if model_class else {}, version)
-    report["ids_to_set"] = ids_to_set(report, num_layers, release, resolved)
+    try:
+        report["ids_to_set"] = _fix(args, report, num_layers, release, meta, block)
+    except target_family.TargetConfigError as exc:
+        print(f"eagle-probe parity: {exc}", file=sys.stderr)
+        return 2
     found = findings(report, num_layers)
     report["findings"] = [{"code": f.code, "severity": f.severity, "message": f.message,
                            "evidence": f.evidence_dict()} for f in found]

@@ -10,6 +10,7 @@ Modules, one job each: spec (the draft config as SGLang reads it), checkpoints (
 draft checkpoint -> checked float32 weights), rope (rotary tables), attention (causal attention per request, batched),
 draft (the torch draft's forward), dumps (dump files -> rows), evaluate (the target's tokens, agreement per wiring),
 run (one replay -> report dict, text).
+A DFlash/DSpark draft is refused (exit 2, commands.block_drafts): replay implements EAGLE-3's one-token forward only.
 Exit status: 0, or 2 for bad input (the message names the file and what is wrong).
 """
 
@@ -21,6 +22,12 @@ HELP = "replay the EAGLE-3 draft on the probe's dumps: position-0 agreement per 
 
 
 def cmd_replay(args) -> int:
+    from ..block_drafts import replay_refusal
+
+    refusal = replay_refusal(args.draft)
+    if refusal is not None:
+        print(f"eagle-probe replay: {refusal}", file=sys.stderr)
+        return 2
     try:
         import safetensors  # noqa: F401
         import torch
@@ -48,7 +55,8 @@ def cmd_replay(args) -> int:
 
 def add_parser(sub) -> None:
     p = sub.add_parser("replay", help=HELP, description=__doc__.split("\n\n")[1])
-    p.add_argument("--draft", required=True, help="EAGLE-3 draft checkpoint directory (config.json + *.safetensors)")
+    p.add_argument("--draft", required=True, help="EAGLE-3 draft checkpoint directory (config.json + "
+                   "*.safetensors); a DFlash/DSpark draft is refused (exit 2) with what to use instead")
     p.add_argument("--target", required=True, help="target checkpoint directory: only model.embed_tokens.weight and "
                    "lm_head.weight are read (through model.safetensors.index.json)")
     add_dump_dir_option(p, "directory of the probe's dump files (EAGLE_PROBE_DUMP_DIR), or one")
