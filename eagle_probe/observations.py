@@ -225,7 +225,7 @@ class BlockCaptureConfigured:
     config.json says of the ids (`draft_config`: analysis.dflash_layers.BlockDraftConfig, None when unread)."""
 
     model_class: str
-    setter: str  # the setter called (its algorithm: "dflash" or "dspark")
+    setter: str  # the setter called (its algorithm: DFLASH or DSPARK)
     requested_ids: tuple[int, ...] | None
     layers_to_capture: tuple[int, ...]
     num_layers: int
@@ -236,7 +236,7 @@ class BlockCaptureConfigured:
 
     @property
     def algorithm(self) -> str:
-        return "dspark" if "dspark" in self.setter else "dflash"
+        return "DSPARK" if "dspark" in self.setter else "DFLASH"  # as --speculative-algorithm names it
 
 
 @dataclass(frozen=True)

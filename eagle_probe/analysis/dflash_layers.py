@@ -149,9 +149,9 @@ def defaulted_finding(*, model_class: str, chosen_ids: Sequence[int], captured: 
     """The draft config names no target layers, so SGLang chose them (sglang #21274's silent default, for DFlash)."""
     return _finding(
         DFLASH_TARGET_LAYERS_DEFAULTED,
-        f"The {model_class} draft's config names no target layers (no dflash_config.target_layer_ids), so SGLang "
-        f"chose target_layer_ids {list(chosen_ids)} itself (its default for {num_layers} target layers and "
-        f"{num_draft_layers} draft layers: {DEFAULT_FORMULA}); the target captures HF hidden_states "
+        f"The block draft's config names no target layers (no dflash_config.target_layer_ids), so SGLang chose "
+        f"target_layer_ids {list(chosen_ids)} itself (its default for {num_layers} target layers and "
+        f"{num_draft_layers} draft layers: {DEFAULT_FORMULA}); the target ({model_class}) captures HF hidden_states "
         f"{_labels(captured, num_layers)}. Nothing checks that the draft was trained on these: if it was not, "
         f"acceptance collapses with no error. Give the layers it was trained on and {PIN_HINT}.",
         chosen_ids=list(chosen_ids), captured=list(captured), num_layers=num_layers,

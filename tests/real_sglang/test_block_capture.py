@@ -41,7 +41,7 @@ def test_capture_line_names_positions_labels_and_rule(model, tmp_path):
     [line] = _events(log_dir, "eagle_probe.block_draft.capture")
     assert list(model.model.layers_to_capture) == [2, 4]  # SGLang's own: id i -> position i + 1
     assert line["requested_ids"] == [1, 3] and line["layers_to_capture"] == [2, 4]
-    assert line["algorithm"] == "dflash" and line["rule"] == "plus_one"
+    assert line["algorithm"] == "DFLASH" and line["rule"] == "plus_one"
     assert [s["label"] for s in line["slots"]] == ["output of layer 1", "output of layer 3"]
     assert [s["hf_index"] for s in line["slots"]] == [2, 4]
     assert line["num_layers"] == 6

@@ -1,0 +1,162 @@
+"""The seed's layer hazard one generation on, on real SGLang 0.5.23: the committed trained DFlash draft
+(examples/seed/weights/dflash, block 4, trained on dflash_config.target_layer_ids [3, 4] = HF (4, 5); see
+sglang_cpu/dflash_seed.py) served by `python -m sglang.launch_server --speculative-algorithm DFLASH` on the CPU, with
+the probe and EAGLE_PROBE_TRAINED_LAYERS=hf:4,5, twice:
+
+1. a copy whose config lost target_layer_ids (as a conversion that keeps only the standard keys would): SGLang
+   silently uses build_target_layer_ids(6, 2) = [1, 3], HF (2, 4), and acceptance collapses. The probe must say which
+   layers the target captures and why (the capture line: ids, their source "default", the HF indices), name
+   dflash_target_layers_defaulted and layer_mismatch with the ids that reach the trained layers, report the draft's
+   facts (block 4, 3 draft positions, fc 2 x 64 wide) and what each hand-off feeds it, with fingerprints taken at the
+   worker;
+2. a copy written with the finding's fix: no finding, every draft accepted (accept length 4, the training record's).
+
+On both, the probe's acceptance counters (3 positions per block) equal SGLang's own per-request meta_info, and the
+output is the language's continuation (greedy verify keeps the target's tokens whatever the draft proposes).
+"""
+
+import json
+import os
+import time
+
+import pytest
+
+from eagle_probe.bootstrap import BOOTSTRAP_DIR
+from eagle_probe.commands.cli import main as cli_main
+from sglang_cpu import dflash_seed, seed
+from sglang_cpu.server import STARTUP_TIMEOUT_S
+
+from .conftest import counts_delta, internal_errors, probe_events, settled_probe_counts, sglang_spec_counts
+
+BUDGET_S = float(os.environ.get("SGLANG_CPU_DFLASH_SEED_BUDGET_S", "300"))
+pytestmark = pytest.mark.timeout(BUDGET_S)
+
+POSITIONS = dflash_seed.BLOCK_SIZE - 1
+TRAINED_HF = (4, 5)
+TRAINED_ENV = "hf:" + ",".join(map(str, TRAINED_HF))
+
+
+def _serve(root, name, draft, left, dumps=None):
+    env = {"EAGLE_PROBE_LOG_DIR": os.path.join(root, f"probe-{name}"), "EAGLE_PROBE_TRAINED_LAYERS": TRAINED_ENV,
+           "EAGLE_PROBE_SUMMARY_INTERVAL_S": "0.2"}
+    if dumps:
+        env.update(EAGLE_PROBE_DUMP_DIR=dumps, EAGLE_PROBE_DUMP_EVERY="1", EAGLE_PROBE_DUMP_LAYERS="all")
+    server = dflash_seed.dflash_server(draft, log_path=os.path.join(root, f"{name}.log"), env=env,
+                                       pythonpath_prefix=[BOOTSTRAP_DIR], extra_args=["--enable-metrics"])
+    server.start(timeout=min(STARTUP_TIMEOUT_S, left()))
+    try:
+        before = settled_probe_counts(server, POSITIONS)
+        answers = [server.generate_raw(p, max_new_tokens=seed.MAX_NEW_TOKENS, timeout=left()) for p in seed.PROMPTS]
+        counts = counts_delta(settled_probe_counts(server, POSITIONS), before)
+        errors = internal_errors(server.metrics_text())
+        while dumps and _dump_files(dumps) < len(seed.PROMPTS) + 1 and left() > 5:
+            time.sleep(0.1)  # the writer thread: SGLang's warm-up and every prompt's prefill
+    finally:
+        server.stop(grace=2.0)
+    return dict(answers=answers, acceptance=seed.acceptance(answers), probe_counts=counts, errors=errors,
+                draft=draft, dumps=dumps, log_dir=env["EAGLE_PROBE_LOG_DIR"])
+
+
+def _dump_files(directory):
+    return len([n for n in os.listdir(directory) if n.endswith(".safetensors")]) if os.path.isdir(directory) else 0
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("dflash-seed"))
+    deadline = time.monotonic() + BUDGET_S
+
+    def left():
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            pytest.fail(f"the DFlash seed servers ran past the module's budget of {BUDGET_S:.0f} s")
+        return remaining
+
+    default = dflash_seed.write_dflash_draft_copy(os.path.join(root, "draft-default"), None)
+    runs = {"default": _serve(root, "default", default, left, dumps=os.path.join(root, "dumps-default"))}
+    [mismatch] = [f for f in _findings(runs["default"]) if f["code"] == "layer_mismatch"]
+    fixed = dflash_seed.write_dflash_draft_copy(os.path.join(root, "draft-fixed"), mismatch["evidence"]["fix_ids"])
+    runs["fixed"] = _serve(root, "fixed", fixed, left)
+    return runs
+
+
+def _findings(run):
+    return probe_events(run["log_dir"], "eagle_probe.finding")
+
+
+def _one(run, event):
+    [line] = probe_events(run["log_dir"], event)
+    return line
+
+
+def test_the_default_copy_has_no_ids_and_sglang_picked_its_own(served):
+    with open(os.path.join(served["default"]["draft"], "config.json")) as f:
+        config = json.load(f)
+    assert "target_layer_ids" not in config["dflash_config"] and "target_layer_ids" not in config
+    capture = _one(served["default"], "eagle_probe.block_draft.capture")
+    assert capture["algorithm"] == "DFLASH" and capture["model_class"] == "DeepseekV3ForCausalLM"
+    assert capture["ids_source"] == "default" and capture["num_draft_layers"] == 2
+    assert capture["requested_ids"] == capture["default_ids"] == list(dflash_seed.DEFAULT_TARGET_LAYER_IDS)
+    # DeepSeek captures before layer id + 1: the output of layers 1 and 3, HF hidden_states 2 and 4
+    assert capture["layers_to_capture"] == [2, 4] and [s["hf_index"] for s in capture["slots"]] == [2, 4]
+    assert capture["rule"] == "plus_one"
+
+
+def test_the_default_is_named_with_the_ids_that_reach_the_trained_layers(served):
+    by_code = {f["code"]: f for f in _findings(served["default"])}
+    assert {"dflash_target_layers_defaulted", "layer_mismatch"} <= set(by_code)
+    defaulted = by_code["dflash_target_layers_defaulted"]
+    assert defaulted["severity"] in ("warning", "error") and "target_layer_ids" in defaulted["message"]
+    mismatch = by_code["layer_mismatch"]
+    assert mismatch["evidence"]["fix_ids"] == list(dflash_seed.TRAINED_TARGET_LAYER_IDS)
+    assert list(mismatch["evidence"]["trained_hf"]) == list(TRAINED_HF)
+
+
+def test_the_fixed_copy_is_the_committed_draft_and_nothing_is_found(served):
+    with open(os.path.join(dflash_seed.DFLASH_DRAFT_PATH, "config.json")) as f:
+        committed = json.load(f)
+    with open(os.path.join(served["fixed"]["draft"], "config.json")) as f:
+        fixed = json.load(f)
+    assert fixed["dflash_config"]["target_layer_ids"] == committed["dflash_config"]["target_layer_ids"] == [3, 4]
+    capture = _one(served["fixed"], "eagle_probe.block_draft.capture")
+    assert capture["ids_source"] != "default" and capture["layers_to_capture"] == [4, 5]
+    assert _findings(served["fixed"]) == []
+
+
+def test_draft_facts_and_what_each_hand_off_feeds(served):
+    for name, run in served.items():
+        loaded = _one(run, "eagle_probe.block_draft.loaded")
+        assert loaded["block_size"] == dflash_seed.BLOCK_SIZE and loaded["draft_positions"] == POSITIONS, name
+        assert loaded["fc_expected_in"] == 2 * 64, name
+        fed = probe_events(run["log_dir"], "eagle_probe.block_draft.fed")
+        assert {e["mode"] for e in fed} == {"EXTEND", "TARGET_VERIFY"}, name
+        assert {e["width"] for e in fed} == {e["expected_width"] for e in fed} == {128}, name
+        prints = probe_events(run["log_dir"], "eagle_probe.aux.fingerprint")
+        assert prints and {e["source"] for e in prints} == {"worker"}, name
+        assert run["errors"] == {}, name
+
+
+def test_probe_counts_equal_sglangs_own(served):
+    for name, run in served.items():
+        metas = [a["meta_info"] for a in run["answers"]]
+        expected = sglang_spec_counts(metas, POSITIONS)
+        assert expected["drafts"] > 0 and expected["draft_tokens"] == POSITIONS * expected["drafts"], name
+        assert run["probe_counts"] == expected, name
+
+
+def test_acceptance_collapses_on_the_default_and_is_whole_with_the_fix(served):
+    default, fixed = served["default"]["acceptance"], served["fixed"]["acceptance"]
+    record = dflash_seed.load_dflash_record()
+    assert fixed["mean_accept_length"] == pytest.approx(record["trained"]["replayed_serving"]["mean_accept_length"])
+    assert fixed["mean_accept_length"] == dflash_seed.BLOCK_SIZE
+    assert default["mean_accept_length"] <= 2.0
+    for name, run in served.items():
+        for prompt, answer in zip(seed.PROMPTS, run["answers"]):
+            assert answer["output_ids"] == seed.continuation(prompt), (name, prompt)
+
+
+def test_summarize_tells_the_story(served, capsys):
+    assert cli_main(["summarize", served["default"]["log_dir"]]) == 0
+    text = capsys.readouterr().out
+    assert "dflash_target_layers_defaulted" in text and "layer_mismatch" in text
+    assert "[1, 3]" in text and "default" in text
