@@ -1,6 +1,6 @@
-"""What the offline commands do with a block-diffusion draft (DFlash, DSpark): `replay` refuses it (its torch draft is
-EAGLE-3's one-token forward), `parity` compares its served states like any other and gives the fix as
-`dflash_config.target_layer_ids`. One place for the detection and the words."""
+"""What the offline commands do with a block-diffusion draft (DFlash, DSpark): `replay` runs a DFlash draft's block
+forward (commands/replay/block_draft.py) instead of EAGLE-3's one-token forward, `parity` compares its served states
+like any other; both give the fix as `dflash_config.target_layer_ids`. One place for the detection and the fix."""
 
 import os
 
@@ -8,13 +8,6 @@ from ..analysis import dflash_layers
 from .json_files import MAX_CONFIG_BYTES, read_json_object
 
 FIX_KEY = "dflash_config.target_layer_ids"
-INSTEAD = (
-    "`eagle-probe doctor --target T --draft D --trained-layers hf:...` names the target_layer_ids SGLang uses (given, "
-    "or its silent default), the HF hidden_states they capture and layer_mismatch with the fix; the running probe's "
-    "lines eagle_probe.block_draft.capture (ids, source, HF indices), eagle_probe.block_draft.loaded and "
-    "eagle_probe.block_draft.fed (the widths its fc takes and is fed) show what the server does; set "
-    "EAGLE_PROBE_TRAINED_LAYERS=hf:... to have the probe name a mismatch; `eagle-probe parity --draft D` compares the "
-    "served states with training data for any draft")
 
 
 class _Unread(Exception):
@@ -30,25 +23,6 @@ def block_draft(path: str) -> tuple[str, dict] | None:
     except (_Unread, OSError):
         return None
     return (file, data) if dflash_layers.is_block_draft_config(data) else None
-
-
-def describe(data: dict) -> str:
-    archs = data.get("architectures")
-    keys = [k for k in ("dflash_config", "dspark_config", "dspark_target_layer_ids") if k in data]
-    return "; ".join([f"architectures {archs}"] * bool(archs) + [f"key '{k}'" for k in keys])
-
-
-def replay_refusal(path: str) -> str | None:
-    """replay's message for a block draft (None: not one)."""
-    found = block_draft(path)
-    if found is None:
-        return None
-    file, data = found
-    return (f"--draft {file} is a block-diffusion draft (DFlash/DSpark: {describe(data)}), and replay (with --search "
-            f"and --wiring alike) cannot judge it: replay runs an EAGLE-3 draft's one-token forward (fc over one "
-            f"position's aux states plus the next token's embedding), while a block draft fills a block of mask "
-            f"tokens attending to a KV context of the target's projected states over the whole prefix, which replay "
-            f"does not implement; its agreement would mean nothing. Instead: {INSTEAD}")
 
 
 def ids_to_set(trained: list[int], num_layers: int, release_text: str | None) -> dict:

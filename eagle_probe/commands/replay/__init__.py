@@ -4,13 +4,17 @@ For each dumped position t whose next position is in the same request, the draft
 of t and the embedding of the token at t + 1 (SGLang's draft-extend input) and proposes a token; replay compares it
 with the target's greedy token at t + 1 (its lm_head over the dumped final hidden state). Under greedy verification
 that agreement is the position-0 acceptance rate. `--search` (all-layer dumps) finds the wiring, one HF
-hidden_states index per aux slot, under which the draft agrees best: the layers it was most likely trained on.
+hidden_states index per aux slot, under which the draft agrees best: the layers it was most likely trained on. A DFlash
+draft is scored instead by the expected accept length of its teacher-forced blocks on the prefill dumps.
 
 Modules, one job each: spec (the draft config as SGLang reads it), checkpoints (safetensors reading), weights (a
 draft checkpoint -> checked float32 weights), rope (rotary tables), attention (causal attention per request, batched),
 draft (the torch draft's forward), dumps (dump files -> rows), evaluate (the target's tokens, agreement per wiring),
 run (one replay -> report dict, text).
-A DFlash/DSpark draft is refused (exit 2, commands.block_drafts): replay implements EAGLE-3's one-token forward only.
+A DFlash draft (commands.block_drafts detects it) goes to block_draft (its block forward: a block of mask tokens
+attending to the projected target states of the whole prefix) and block_run (teacher-forced blocks on the prefill
+dumps, scored by expected accept length per wiring; the fix as dflash_config.target_layer_ids). A DSpark draft or a
+DFlash variant block_draft does not implement is refused with the key that asks for it.
 Exit status: 0, or 2 for bad input (the message names the file and what is wrong).
 """
 
@@ -18,16 +22,15 @@ import sys
 
 from ..dump_dir_option import add_dump_dir_option
 
-HELP = "replay the EAGLE-3 draft on the probe's dumps: position-0 agreement per wiring, --search for the trained layers"
+HELP = ("replay the EAGLE-3 or DFlash draft on the probe's dumps: agreement (or a DFlash block's accept length) per "
+        "wiring, --search for the trained layers")
 
 
 def cmd_replay(args) -> int:
-    from ..block_drafts import replay_refusal
+    from ..block_drafts import block_draft
 
-    refusal = replay_refusal(args.draft)
-    if refusal is not None:
-        print(f"eagle-probe replay: {refusal}", file=sys.stderr)
-        return 2
+    if block_draft(args.draft) is not None:
+        return _cmd_block_replay(args)
     try:
         import safetensors  # noqa: F401
         import torch
@@ -53,10 +56,44 @@ def cmd_replay(args) -> int:
     return emit(result, args.format, render_text)
 
 
+def _cmd_block_replay(args) -> int:
+    """replay for a DFlash draft (block_run)."""
+    if args.draft_embedding is not None:
+        print("eagle-probe replay: --draft-embedding applies to EAGLE-3 drafts only: a DFlash draft always reads the "
+              "target's embed_tokens and lm_head", file=sys.stderr)
+        return 2
+    try:
+        import safetensors  # noqa: F401
+        import torch
+    except ImportError as exc:
+        print(f"eagle-probe replay: needs torch and safetensors in this environment ({exc})", file=sys.stderr)
+        return 2
+    from ..dump_files import DumpError
+    from ..output import emit
+    from .block_run import render_block_text, replay_block_draft
+    from .run import resolve_device, resolve_release
+    from .spec import ReplayInputError
+
+    try:
+        torch.set_grad_enabled(False)
+        notes: list[str] = []
+        release = resolve_release(args.sglang_version, notes)
+        result = replay_block_draft(args.draft, args.target, args.dump_dir, do_search=args.search,
+                                    wirings=args.wiring or (), device=resolve_device(args.device), release=release,
+                                    notes=notes)
+    except (ReplayInputError, DumpError) as exc:
+        print(f"eagle-probe replay: {exc}", file=sys.stderr)
+        return 2
+    except (MemoryError, torch.OutOfMemoryError) as exc:
+        print(f"eagle-probe replay: out of memory ({exc}); use fewer dump files or --device cuda", file=sys.stderr)
+        return 2
+    return emit(result, args.format, render_block_text)
+
+
 def add_parser(sub) -> None:
     p = sub.add_parser("replay", help=HELP, description=__doc__.split("\n\n")[1])
-    p.add_argument("--draft", required=True, help="EAGLE-3 draft checkpoint directory (config.json + "
-                   "*.safetensors); a DFlash/DSpark draft is refused (exit 2) with what to use instead")
+    p.add_argument("--draft", required=True, help="EAGLE-3 or DFlash draft checkpoint directory (config.json + "
+                   "*.safetensors); a DFlash draft is run as SGLang drafts a block (a DSpark draft is refused, exit 2)")
     p.add_argument("--target", required=True, help="target checkpoint directory: only model.embed_tokens.weight and "
                    "lm_head.weight are read (through model.safetensors.index.json)")
     add_dump_dir_option(p, "directory of the probe's dump files (EAGLE_PROBE_DUMP_DIR), or one")
@@ -67,7 +104,7 @@ def add_parser(sub) -> None:
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--draft-embedding", choices=("target", "own"), default=None,
                    help="the embedding the draft reads (default: as SGLang does: the target's, or the draft's own "
-                   "when target_hidden_size differs from hidden_size)")
+                   "when target_hidden_size differs from hidden_size; EAGLE-3 drafts only)")
     p.add_argument("--sglang-version", help="SGLang release whose capture rules decide the ids (default: installed)")
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.set_defaults(func=cmd_replay)
