@@ -241,3 +241,39 @@ def test_html_report_shows_the_comparison(tmp_path, capsys):
     page = render_html(build_report(read_events([str(log)]), None, (0.75, 0.62, 0.55)))
     assert "Acceptance against training" in page and 'class="checks"' in page
     assert "acceptance_below_training" in page and "eagle-probe replay" in page
+
+
+def block_draft_run(source="default", fed_width=128):
+    """The events of a DFlash run (the probe's block-draft lines): capture, load, two hand-offs."""
+    return [
+        dict(RANK, event="eagle_probe.block_draft.capture", role="target", algorithm="DFLASH",
+             model_class="DeepseekV3ForCausalLM", requested_ids=[1, 3], layers_to_capture=[2, 4], ids_source=source,
+             default_ids=[1, 3]),
+        dict(RANK, event="eagle_probe.block_draft.loaded", role="draft", model_class="DFlashDraftModel",
+             block_size=4, draft_positions=3, fc_in=128, fc_expected_in=128),
+        dict(RANK, event="eagle_probe.block_draft.fed", role="draft", mode="EXTEND", width=fed_width,
+             expected_width=128),
+        dict(RANK, event="eagle_probe.block_draft.fed", role="draft", mode="TARGET_VERIFY", width=128,
+             expected_width=128),
+    ]
+
+
+def test_block_draft_checks_read_the_block_lines(tmp_path, capsys):
+    doc = summarize(tmp_path, capsys, block_draft_run() + [acceptance([0.2, 0.05, 0.01])], "--draft-accuracy", "0.8")
+    checks = {c["check"]: c for c in doc["training"]["checks"]}
+    layers = checks["layers"]
+    assert layers["status"] == "clean" and "[2, 4] for the block draft" in layers["detail"]
+    assert "SGLang's silent default" in layers["detail"]
+    assert checks["widths"]["status"] == "clean" and "EXTEND, TARGET_VERIFY" in checks["widths"]["detail"]
+    assert checks["vocabulary map"]["status"] == "n/a"  # the target's lm_head: nothing to map
+    events = block_draft_run("dflash_config.target_layer_ids", fed_width=192) + [acceptance([0.2, 0.05, 0.01])]
+    doc = summarize(tmp_path, capsys, events, "--draft-accuracy", "0.8")
+    checks = {c["check"]: c for c in doc["training"]["checks"]}
+    assert "from dflash_config.target_layer_ids" in checks["layers"]["detail"]
+    assert checks["widths"] == {"check": "widths", "status": "not checked",
+                                "detail": "a hand-off's width differs from the block draft's fc"}
+    # the default named by the probe explains the shortfall: no acceptance_below_training
+    events = block_draft_run() + [acceptance([0.2, 0.05, 0.01]),
+                                  finding(F.DFLASH_TARGET_LAYERS_DEFAULTED, severity="warning")]
+    doc = summarize(tmp_path, capsys, events, "--draft-accuracy", "0.8")
+    assert below(doc) == [] and doc["training"]["explained_by"] == [F.DFLASH_TARGET_LAYERS_DEFAULTED]

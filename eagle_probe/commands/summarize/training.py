@@ -22,7 +22,8 @@ from .fields import rank_fields, rank_key
 NOT_CAUSES = (F.ACCEPTANCE_COLLAPSE, F.ACCEPTANCE_BELOW_TRAINING)
 
 LAYER_CODES = (F.LAYER_MISMATCH, F.CAPTURE_ID_UNREACHABLE, F.GRAPH_EAGER_LAYER_MISMATCH, F.TBO_CAPTURE_LOST,
-               F.PP_STAGE_NO_CAPTURE, F.CAPTURE_RULE_UNEXPECTED, F.TRAINED_LAYERS_INFERRED)
+               F.PP_STAGE_NO_CAPTURE, F.CAPTURE_RULE_UNEXPECTED, F.TRAINED_LAYERS_INFERRED,
+               F.DFLASH_TARGET_LAYERS_DEFAULTED, F.DFLASH_LAYER_IDS_DISAGREE)
 SHAPE_CODES = (F.AUX_COUNT_MISMATCH,)
 WIDTH_CODES = (F.FC_WIDTH_MISMATCH, F.FC_SKIPPED)
 VOCAB_CODES = (F.DRAFT_VOCAB_MAP_MISSING, F.DRAFT_VOCAB_MAP_INVALID, F.DRAFT_VOCAB_COVERAGE_LOW)
@@ -86,7 +87,20 @@ def _status(found: set, codes, clean_detail: str | None, missing: str) -> dict:
     return {"status": "clean", "detail": clean_detail}
 
 
+def _block_layers(events, found) -> dict:
+    """A block draft (DFlash, DSpark): the capture for it and where its ids came from."""
+    capture = _by_event(events, names.BLOCK_CAPTURE)[-1]
+    source = capture.get("ids_source")
+    named = "SGLang's silent default" if source == "default" else f"from {source}"
+    detail = (f"the target captures {capture.get('layers_to_capture')} for the block draft (target_layer_ids "
+              f"{capture.get('requested_ids')}, {named}); against the layers it was trained on only if the server had "
+              f"--trained-layers (`eagle-probe replay --search` infers them)")
+    return _status(found, LAYER_CODES, detail, "")
+
+
 def _layers(events, found) -> dict:
+    if _by_event(events, names.BLOCK_CAPTURE):
+        return _block_layers(events, found)
     captures = _by_event(events, names.CAPTURE_CONFIGURED)
     loads = [e for e in _by_event(events, names.DRAFT_LOADED)]
     detail = None
@@ -111,7 +125,20 @@ def _shapes(events, found) -> dict:
                    if not forwards else "some target forwards returned another aux count or failed")
 
 
+def _block_widths(events, found) -> dict:
+    """A block draft: what each hand-off fed its projection (fc) against the width fc takes."""
+    fed = [e for e in _by_event(events, names.BLOCK_DRAFT_FED) if e.get("expected_width") is not None]
+    detail = None
+    if fed and all(e.get("width") == e.get("expected_width") for e in fed):
+        modes = ", ".join(sorted({str(e.get("mode")) for e in fed}))
+        detail = f"every hand-off ({modes}) fed the block draft's fc its width {fed[-1]['expected_width']}"
+    return _status(found, WIDTH_CODES, detail, "no eagle_probe.block_draft.fed event with the width fc takes"
+                   if not fed else "a hand-off's width differs from the block draft's fc")
+
+
 def _widths(events, found) -> dict:
+    if _by_event(events, names.BLOCK_DRAFT_FED):
+        return _block_widths(events, found)
     fed = [e for e in _by_event(events, names.DRAFT_FORWARD) if e.get("fc_in") is not None
            and e.get("aux_width") is not None and e.get("mode") not in ("DECODE", "IDLE")]
     detail = None
@@ -129,6 +156,8 @@ def _vocab(events, found) -> dict:
                 if isinstance(e.get("in_vocab"), int) and isinstance(e.get("verified_tokens"), int)
                 and e["verified_tokens"] > 0]
     suffix = f"; vocabulary coverage {coverage[-1]:.3f}" if coverage else ""
+    if not loads and _by_event(events, names.BLOCK_DRAFT_LOADED):
+        return {"status": "n/a", "detail": "a block draft proposes with the target's embedding and lm_head: no map"}
     if not loads:
         return _status(found, VOCAB_CODES, None, "no eagle_probe.draft.loaded event; `eagle-probe doctor --target "
                        "DIR --draft DIR` reads the checkpoint's d2t")
