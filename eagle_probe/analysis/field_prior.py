@@ -39,6 +39,12 @@ SOURCES = ("vLLM PR #24243 (MiniCPM3 EAGLE-3, token 0: 0.57-0.58)",
 PRIOR_TEXT = (f"published EAGLE-3 drafts reach about 0.57 to 0.75 at the first position on chat traffic; the low end "
               f"{PRIOR} is the prior ({'; '.join(SOURCES)})")
 
+# The figures are EAGLE-3's; a block draft's first position (the token after the bonus) is predicted from the same
+# target states, so the floor applies, but the sources are not about block drafts.
+BLOCK_NOTE = (" This is a block-diffusion draft (DFlash/DSpark): the figures are EAGLE-3 drafts', none of block "
+              "drafts; its first draft position is still predicted from the target's states, so a rate this low "
+              "points at its wiring or training as well.")
+
 
 def judge(rate: float | None, steps: int) -> dict | None:
     """The first-position rate against the prior; None without a rate or request-steps."""
@@ -52,7 +58,7 @@ def judge(rate: float | None, steps: int) -> dict | None:
 
 
 def low_finding(verdict: dict, per_position: Sequence[float | None], checks: list[dict], next_steps: list[str],
-                where: str, causes: Sequence[str]) -> Finding:
+                where: str, causes: Sequence[str], block_draft: bool = False) -> Finding:
     """acceptance_low: which checks came back clean, what was not checked, the findings that may explain it and the
     commands to run next (summarize.causes builds them)."""
     clean = "; ".join(f"{c['check']} ({c['detail']})" for c in checks if c["status"] == "clean") or "none"
@@ -67,7 +73,8 @@ def low_finding(verdict: dict, per_position: Sequence[float | None], checks: lis
     message = (f"{where}: first-position acceptance {verdict['rate']:.3f} over {verdict['request_steps']} "
                f"request-steps of {traffic} is far below what EAGLE-3 drafts reach on chat traffic ({PRIOR_TEXT}): "
                f"under {FLOOR}, "
-               f"{verdict['z']} standard errors short of {PRIOR}. No training accuracy was given, so this is judged "
+               f"{verdict['z']} standard errors short of {PRIOR}.{BLOCK_NOTE if block_draft else ''} No training "
+               f"accuracy was given, so this is judged "
                f"against the field, not the draft's own promise (give --draft-accuracy for that). Per position: "
                f"{rates}.{sampled_note}{explained} Checks clean: {clean}. Not checked: {unchecked}. Next: "
                + " Then: ".join(next_steps))

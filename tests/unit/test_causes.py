@@ -141,6 +141,16 @@ def test_the_example_case_is_named_acceptance_low_with_checks_and_next_steps(log
     assert "findings: none" not in render_text(report)
 
 
+def test_a_block_draft_is_told_the_prior_is_eagle3s(logs):
+    lines = logs(_chain(0.2))
+    report = build_report(lines)
+    [low] = [g for g in report["findings"] if g["code"] == "acceptance_low"]
+    assert "block-diffusion" not in low["last_message"]
+    loaded = dict(lines[0], event="eagle_probe.block_draft.loaded", role="draft", block_size=4, draft_positions=3)
+    [low] = [g for g in build_report(lines + [loaded])["findings"] if g["code"] == "acceptance_low"]
+    assert "This is a block-diffusion draft (DFlash/DSpark): the figures are EAGLE-3 drafts'" in low["last_message"]
+
+
 def test_a_well_trained_draft_stays_silent(logs):
     report = build_report(logs(_chain(0.7)))
     assert "acceptance_low" not in _codes(report)

@@ -129,8 +129,9 @@ def _low(events, report, found, causes) -> list[dict]:
         rows = training_checks(events, report, found) + [_slices_check(slice_rank)]
         rows.append({"check": "training accuracy", "status": "not checked", "detail": "none given: judged against "
                      "the field's prior (--draft-accuracy, or EAGLE_PROBE_DRAFT_ACCURACY on the server)"})
+        block = any(e.get("event") == names.BLOCK_DRAFT_LOADED for e in events)
         finding = field_prior.low_finding(verdict, rates, rows, next_steps(events, rows, slice_rank, found),
-                                          _where(rank), causes)
+                                          _where(rank), causes, block_draft=block)
         out.append(_as_event(finding, rank, ((acc or {}).get("last") or {}).get("timestamp")))
     return out
 
