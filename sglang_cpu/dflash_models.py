@@ -116,64 +116,6 @@ def write_random_dflash_draft(dest, target_path, *, seed: int = 0, **config_kw) 
     return str(dest)
 
 
-def _rms_normalised(x: torch.Tensor, eps: float) -> torch.Tensor:
-    return x * torch.rsqrt(x.pow(2).mean() + eps)
-
-
-def constant_proposal_state(config: dict, target_path, token: int, seed: int = 0,
-                            min_margin: float = 1.0) -> dict[str, torch.Tensor]:
-    """Random weights made to propose ``token`` at every block position: attention ``o_proj`` and MLP ``down_proj``
-    are zero, so each block position's output is ``rmsnorm(E[mask]) * norm.weight`` (``E`` the target's embedding:
-    the draft's context never reaches it), and ``norm.weight = W[token] / rmsnorm(E[mask])`` turns that into the
-    target lm_head's row ``W[token]``. Raises unless ``token`` then wins the head's argmax by ``min_margin``."""
-    from safetensors.torch import load_file
-
-    target = load_file(os.path.join(target_path, "model.safetensors"))
-    emb, head = target["model.embed_tokens.weight"].float(), target["lm_head.weight"].float()
-    eps = float(config["rms_norm_eps"])
-    mask = _rms_normalised(emb[int(config["dflash_config"]["mask_token_id"])], eps)
-    state = random_dflash_draft_state(config, seed)
-    for name in state:
-        if name.endswith(("self_attn.o_proj.weight", "mlp.down_proj.weight")):
-            state[name] = torch.zeros_like(state[name])
-    state["norm.weight"] = head[int(token)] / mask
-    logits = head @ _rms_normalised(mask, eps).mul(state["norm.weight"])
-    others = torch.cat([logits[:token], logits[token + 1:]])
-    if int(logits.argmax()) != int(token) or float(logits[token] - others.max()) < min_margin:
-        raise ValueError(f"token {token}: the target head does not single it out (logits {logits[token]:.3f} vs "
-                         f"{others.max():.3f})")
-    return state
-
-
-def write_constant_dflash_draft(dest, target_path, token: int, *, seed: int = 0, **config_kw) -> str:
-    """A DFlash draft that proposes ``token`` at every block position (``constant_proposal_state``), whatever the
-    context: its acceptance is known in advance (``simulate_constant_draft``)."""
-    from safetensors.torch import save_file
-
-    with open(os.path.join(target_path, "config.json")) as f:
-        config = dflash_draft_config(json.load(f), **config_kw)
-    os.makedirs(dest, exist_ok=True)
-    with open(os.path.join(dest, "config.json"), "w") as f:
-        json.dump(config, f, indent=2)
-    state = constant_proposal_state(config, target_path, token, seed)
-    save_file({k: v.contiguous().to(torch.float32) for k, v in state.items()}, os.path.join(dest, "model.safetensors"))
-    return str(dest)
-
-
-def simulate_constant_draft(continuation: Sequence[int], token: int, block_size: int = 4) -> dict:
-    """Greedy DFlash verify of a draft proposing ``token`` at every one of the block's ``block_size - 1`` draft
-    positions, against the target's greedy ``continuation`` (its first token comes from the prefill): per verify
-    step the number of leading drafts the target confirms. Returns verify_ct, correct drafts and the histogram."""
-    out, steps = 1, []
-    while out < len(continuation):
-        window = list(continuation[out:out + block_size - 1])
-        accepted = next((k for k, t in enumerate(window) if t != token), len(window))
-        steps.append(accepted)
-        out += accepted + 1
-    histogram = [steps.count(k) for k in range(max(steps, default=0) + 1)]
-    return {"verify_ct": len(steps), "num_correct_drafts": sum(steps), "histogram": histogram, "per_step": steps}
-
-
 def dflash_server_args(draft_path, block_size: int = 4) -> list[str]:
     """Extra launch_server args (on top of SGLangServer's CPU base args) for a DFlash draft: the block size is the
     verify width (``--speculative-num-draft-tokens``; SGLang forces num_steps and topk to 1 for DFLASH)."""

@@ -1,13 +1,12 @@
 """sglang_cpu's DFLASH support on the CPU (test-only, not the probe), without SGLang: the draft checkpoints of
-sglang_cpu.dflash_models (config, weight names, the constant-proposal draft and its simulated acceptance) and the pure
+sglang_cpu.dflash_models (config, weight names) and the pure
 parts of sglang_cpu.dflash_shims (the platform SGLang's DFLASH gate sees, the draft backend list, embeddings' dtype,
-record_stream on CPU tensors). A real server runs them in tests/real_sglang/test_dflash_cpu_support.py."""
+record_stream on CPU tensors). Real servers run them in tests/e2e/test_dflash_seed.py."""
 
 import json
 import os
 from types import SimpleNamespace
 
-import pytest
 import torch
 
 from sglang_cpu import dflash_models as M
@@ -46,22 +45,6 @@ def test_writer_puts_config_and_weights(tmp_path):
     with open(os.path.join(path, "config.json")) as f:
         assert json.load(f)["dflash_config"]["target_layer_ids"] == [3, 4]
     assert os.path.isfile(os.path.join(path, "model.safetensors"))
-
-
-def test_constant_proposal_state_checks_the_head():
-    cfg = M.dflash_draft_config(TARGET)
-    state = M.constant_proposal_state(cfg, seed.TARGET_PATH, 100)
-    assert not state["layers.0.self_attn.o_proj.weight"].any() and not state["layers.1.mlp.down_proj.weight"].any()
-    with pytest.raises(ValueError, match="does not single it out"):
-        M.constant_proposal_state(cfg, seed.TARGET_PATH, 100, min_margin=1e9)
-
-
-def test_simulated_constant_draft():
-    # first token from the prefill; then per verify step the leading drafts equal to 7 (at most block - 1 = 3)
-    sim = M.simulate_constant_draft([5, 7, 1, 7, 7, 7, 7, 2, 3], token=7, block_size=4)
-    assert sim["per_step"] == [1, 3, 0, 0]
-    assert sim == {"verify_ct": 4, "num_correct_drafts": 4, "histogram": [2, 1, 0, 1], "per_step": [1, 3, 0, 0]}
-    assert M.simulate_constant_draft([5], token=7)["verify_ct"] == 0
 
 
 def test_server_args():
