@@ -29,36 +29,8 @@ HELP = ("replay the EAGLE-3 or DFlash draft on the probe's dumps: agreement (or 
 def cmd_replay(args) -> int:
     from ..block_drafts import block_draft
 
-    if block_draft(args.draft) is not None:
-        return _cmd_block_replay(args)
-    try:
-        import safetensors  # noqa: F401
-        import torch
-    except ImportError as exc:
-        print(f"eagle-probe replay: needs torch and safetensors in this environment ({exc})", file=sys.stderr)
-        return 2
-    from ..dump_files import DumpError
-    from ..output import emit
-    from .run import render_text, replay
-    from .spec import ReplayInputError
-
-    try:
-        torch.set_grad_enabled(False)
-        result = replay(args.draft, args.target, args.dump_dir, do_search=args.search, device_name=args.device,
-                        draft_embedding=args.draft_embedding, wirings=args.wiring or (),
-                        sglang_version=args.sglang_version)
-    except (ReplayInputError, DumpError) as exc:
-        print(f"eagle-probe replay: {exc}", file=sys.stderr)
-        return 2
-    except (MemoryError, torch.OutOfMemoryError) as exc:
-        print(f"eagle-probe replay: out of memory ({exc}); use fewer dump files or --device cuda", file=sys.stderr)
-        return 2
-    return emit(result, args.format, render_text)
-
-
-def _cmd_block_replay(args) -> int:
-    """replay for a DFlash draft (block_run)."""
-    if args.draft_embedding is not None:
+    block = block_draft(args.draft) is not None
+    if block and args.draft_embedding is not None:
         print("eagle-probe replay: --draft-embedding applies to EAGLE-3 drafts only: a DFlash draft always reads the "
               "target's embed_tokens and lm_head", file=sys.stderr)
         return 2
@@ -70,24 +42,39 @@ def _cmd_block_replay(args) -> int:
         return 2
     from ..dump_files import DumpError
     from ..output import emit
-    from .block_run import render_block_text, replay_block_draft
-    from .run import resolve_device, resolve_release
     from .spec import ReplayInputError
 
     try:
         torch.set_grad_enabled(False)
-        notes: list[str] = []
-        release = resolve_release(args.sglang_version, notes)
-        result = replay_block_draft(args.draft, args.target, args.dump_dir, do_search=args.search,
-                                    wirings=args.wiring or (), device=resolve_device(args.device), release=release,
-                                    notes=notes)
+        result, render = (_replay_block_draft if block else _replay_eagle3)(args)
     except (ReplayInputError, DumpError) as exc:
         print(f"eagle-probe replay: {exc}", file=sys.stderr)
         return 2
     except (MemoryError, torch.OutOfMemoryError) as exc:
         print(f"eagle-probe replay: out of memory ({exc}); use fewer dump files or --device cuda", file=sys.stderr)
         return 2
-    return emit(result, args.format, render_block_text)
+    return emit(result, args.format, render)
+
+
+def _replay_eagle3(args):
+    """(report, its text renderer) for an EAGLE-3 draft (run)."""
+    from .run import render_text, replay
+
+    return replay(args.draft, args.target, args.dump_dir, do_search=args.search, device_name=args.device,
+                  draft_embedding=args.draft_embedding, wirings=args.wiring or (),
+                  sglang_version=args.sglang_version), render_text
+
+
+def _replay_block_draft(args):
+    """(report, its text renderer) for a DFlash draft (block_run)."""
+    from .block_run import render_block_text, replay_block_draft
+    from .run import resolve_device, resolve_release
+
+    notes: list[str] = []
+    release = resolve_release(args.sglang_version, notes)
+    return replay_block_draft(args.draft, args.target, args.dump_dir, do_search=args.search,
+                              wirings=args.wiring or (), device=resolve_device(args.device), release=release,
+                              notes=notes), render_block_text
 
 
 def add_parser(sub) -> None:

@@ -33,6 +33,7 @@ from .block_draft import BlockDraft, load_block_draft, read_block_draft_spec
 from .checkpoints import target_head_and_embedding
 from .dumps import _distinct
 from .evaluate import greedy_tokens
+from .run import wiring_text
 from .spec import ReplayInputError
 
 SCORE_BUDGET = 1 << 22  # attention scores (queries x keys) per batch of anchors, per wiring and head
@@ -481,10 +482,6 @@ def _report(run: _Run, evaluator: BlockEvaluator, sc: _Scores, notes: list[str],
 # -- text -----------------------------------------------------------------------------------------------------
 
 
-def _wiring(c: dict) -> str:
-    return "HF " + ", ".join(str(i) for i in c["hf_indices"])
-
-
 def _score(c: dict) -> str:
     lo, hi = c["ci95"]
     per = "/".join(f"{p:.3f}" for p in c["per_position"])
@@ -505,7 +502,7 @@ def render_block_text(r: dict, top: int = 10) -> str:
            f"{u['blocks']} blocks ({u['positions']} drafted positions, teacher-forced); "
            + (f"layers {u['layer_indices'][0]}..{u['layer_indices'][-1]} of {u['num_layers']}" if u["layer_indices"]
               else "served features only"),
-           f"served  {_wiring(r['served'])} ({'; '.join(r['served']['labels'])}): {_score(r['served'])}"]
+           f"served  {wiring_text(r['served'])} ({'; '.join(r['served']['labels'])}): {_score(r['served'])}"]
     sr, cost = r["search"], r["cost"]
     if sr:
         per = cost["seconds_per_wiring"]
@@ -528,11 +525,12 @@ def render_block_text(r: dict, top: int = 10) -> str:
             f"{', '.join(map(str, c['hf_indices']))} {c['accept_length']:.3f}"
             + ("" if c["reachable"] else " (unreachable)") for c in ties[:top]))
     b = r["best"]
-    out.append(f"best    {_wiring(b)} ({'; '.join(b['labels'])}): {_score(b)}")
+    out.append(f"best    {wiring_text(b)} ({'; '.join(b['labels'])}): {_score(b)}")
     out += fix_lines("to capture it", b["ids"], b["unreachable"], [], key=FIX_KEY)
     if r["top"]["hf_indices"] != b["hf_indices"]:
-        out.append(f"  (the top candidate {_wiring(r['top'])} scores {r['top']['accept_length']:.3f}; {_wiring(b)} "
-                   f"is the near-tie the release can capture with the highest log p of the target's tokens)")
+        out.append(f"  (the top candidate {wiring_text(r['top'])} scores {r['top']['accept_length']:.3f}; "
+                   f"{wiring_text(b)} is the near-tie the release can capture with the highest log p of the "
+                   f"target's tokens)")
     for note in r["notes"]:
         out.append(f"note: {note}")
     out.append(finding_line(r["finding"]))

@@ -317,7 +317,7 @@ def build_report(request: ReplayRequest, inputs: Inputs, sc: Scores, notes: list
     }
 
 
-def _wiring(c: dict) -> str:
+def wiring_text(c: dict) -> str:
     return "HF " + ", ".join(str(i) for i in c["hf_indices"])
 
 
@@ -343,7 +343,7 @@ def render_text(r: dict, top: int = 10) -> str:
            f"positions with the next token in the same request; "
            + (f"layers {u['layer_indices'][0]}..{u['layer_indices'][-1]} of {u['num_layers']}" if u["layer_indices"]
               else "aux states only"),
-           f"served  {_wiring(r['served'])} ({'; '.join(r['served']['labels'])}): {_score(r['served'])}"]
+           f"served  {wiring_text(r['served'])} ({'; '.join(r['served']['labels'])}): {_score(r['served'])}"]
     sr = r["search"]
     cost = r["cost"]
     if sr:
@@ -367,15 +367,15 @@ def render_text(r: dict, top: int = 10) -> str:
             f"{', '.join(map(str, c['hf_indices']))} {c['accuracy']:.3f} (log p {_likelihood(c)})"
             + ("" if c["reachable"] else " (unreachable)") for c in ties[:top]))
     b = r["best"]
-    out.append(f"best    {_wiring(b)} ({'; '.join(b['labels'])}): {_score(b)}")
+    out.append(f"best    {wiring_text(b)} ({'; '.join(b['labels'])}): {_score(b)}")
     out += fix_lines("to capture it", b["ids"], b["unreachable"], b["fix_notes"])
     top_wiring = next(c for c in ties if c["hf_indices"] == r["top"]["hf_indices"]) if ties else None
     if top_wiring is not None and top_wiring["hf_indices"] != b["hf_indices"]:
         why = ("cannot be captured on this release" if not top_wiring["reachable"]
                else f"is a near-tie with a lower mean log-probability of the target's tokens "
                     f"({_likelihood(top_wiring)} against {_likelihood(b)})")
-        out.append(f"  (the top candidate {_wiring(top_wiring)} scores {top_wiring['accuracy']:.3f} but {why}; "
-                   f"{_wiring(b)} is the likeliest near-tie that can be captured)")
+        out.append(f"  (the top candidate {wiring_text(top_wiring)} scores {top_wiring['accuracy']:.3f} but {why}; "
+                   f"{wiring_text(b)} is the likeliest near-tie that can be captured)")
     m = b["likelihood_margin"]
     if m is not None:
         out.append(f"  the likeliest of the near-ties the release can capture: log p {m['mean']:+.4f} +- {m['se']:.4f} "
