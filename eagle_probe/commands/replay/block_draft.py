@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 from ...analysis import dflash_layers
 from .checkpoints import load_all, model_dir, read_json
-from .spec import ReplayInputError, RopeSpec, _get, _rope
+from .spec import ReplayInputError, RopeSpec, _get, _rope, attention_shape
 
 # Config keys (top level or dflash_config) that switch on a variant this forward does not implement, with the
 # value that means "off".
@@ -86,13 +86,7 @@ def parse_block_draft_config(data: dict, file: str) -> BlockDraftSpec:
         raise ReplayInputError(f"draft config {file}: not a JSON object")
     _unsupported(data, file)
     text = data.get("text_config") if isinstance(data.get("text_config"), dict) else data
-    hidden = _get(text, "hidden_size", file, int, required=True)
-    heads = _get(text, "num_attention_heads", file, int, required=True)
-    kv_heads = _get(text, "num_key_value_heads", file, int, heads)
-    head_dim = _get(text, "head_dim", file, int, hidden // heads)
-    if heads % kv_heads:
-        raise ReplayInputError(f"draft config {file}: num_attention_heads {heads} is not a multiple of "
-                               f"num_key_value_heads {kv_heads}")
+    hidden, heads, kv_heads, head_dim = attention_shape(text, file)
     act = text.get("hidden_act", "silu")
     if act != "silu":
         raise ReplayInputError(f"draft config {file}: hidden_act {act!r}: SGLang's DFlash MLP supports silu only")

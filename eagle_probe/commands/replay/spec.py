@@ -131,10 +131,8 @@ def _rope(data: dict, file: str, head_dim: int) -> RopeSpec:
     return RopeSpec(float(theta), rotary_dim, max_position, bool(neox), kind, tuple(sorted(extra.items())))
 
 
-def parse_draft_config(data: dict, file: str) -> DraftSpec:
-    if not isinstance(data, dict):
-        raise ReplayInputError(f"draft config {file}: not a JSON object")
-    notes = []
+def attention_shape(data: dict, file: str) -> tuple[int, int, int, int]:
+    """(hidden_size, heads, kv heads, head_dim) of a draft config's attention, checked."""
     hidden = _get(data, "hidden_size", file, int, required=True)
     heads = _get(data, "num_attention_heads", file, int, required=True)
     kv_heads = _get(data, "num_key_value_heads", file, int, heads)
@@ -142,6 +140,14 @@ def parse_draft_config(data: dict, file: str) -> DraftSpec:
     if heads % kv_heads:
         raise ReplayInputError(f"draft config {file}: num_attention_heads {heads} is not a multiple of "
                                f"num_key_value_heads {kv_heads}")
+    return hidden, heads, kv_heads, head_dim
+
+
+def parse_draft_config(data: dict, file: str) -> DraftSpec:
+    if not isinstance(data, dict):
+        raise ReplayInputError(f"draft config {file}: not a JSON object")
+    notes = []
+    hidden, heads, kv_heads, head_dim = attention_shape(data, file)
     inter_key = "intermediate_size_mlp" if data.get("model_type") == "llama4_text" else "intermediate_size"
     inter = _get(data, inter_key, file, int, required=True)
     act = data.get("hidden_act", "silu")
