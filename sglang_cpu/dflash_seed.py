@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from collections.abc import Sequence
 
-from sglang_cpu.seed import TARGET_PATH, WEIGHTS_DIR
+from sglang_cpu.seed import TARGET_PATH, WEIGHTS_DIR, copy_checkpoint
 
 DFLASH_DRAFT_PATH = os.path.join(WEIGHTS_DIR, "dflash")
 DFLASH_RECORD_PATH = os.path.join(WEIGHTS_DIR, "dflash.json")
@@ -36,21 +35,17 @@ def write_dflash_draft_copy(dest: str, target_layer_ids: Sequence[int] | None, s
     """Copy the committed DFlash draft to ``dest`` with ``dflash_config.target_layer_ids`` set to
     ``target_layer_ids`` (None removes the key, top-level too, so SGLang picks its default; ``num_target_layers``
     stays). Weights are unchanged: fc still expects 2 context features of width 64."""
-    os.makedirs(dest, exist_ok=True)
-    for name in os.listdir(source):
-        if name != "config.json":
-            shutil.copyfile(os.path.join(source, name), os.path.join(dest, name))
-    with open(os.path.join(source, "config.json")) as f:
-        config = json.load(f)
-    dflash = dict(config.get("dflash_config") or {})
-    config.pop("target_layer_ids", None)
-    if target_layer_ids is None:
-        dflash.pop("target_layer_ids", None)
-    else:
-        dflash["target_layer_ids"] = [int(i) for i in target_layer_ids]
-    config["dflash_config"] = dflash
-    with open(os.path.join(dest, "config.json"), "w") as f:
-        json.dump(config, f, indent=2)
+
+    def set_ids(config):
+        dflash = dict(config.get("dflash_config") or {})
+        config.pop("target_layer_ids", None)
+        if target_layer_ids is None:
+            dflash.pop("target_layer_ids", None)
+        else:
+            dflash["target_layer_ids"] = [int(i) for i in target_layer_ids]
+        config["dflash_config"] = dflash
+
+    copy_checkpoint(source, dest, set_ids)
     return dest
 
 

@@ -157,27 +157,36 @@ def capture_indices(ids: Sequence[int] | None, num_layers: int = NUM_LAYERS) -> 
     return tuple(int(i) for i in indices)
 
 
-def write_draft_copy(dest: str, layer_ids: Sequence[int] | None, source: str = DRAFT_PATH) -> str:
-    """Copy the committed draft checkpoint to ``dest`` with ``eagle_config.eagle_aux_hidden_state_layer_ids`` set to
-    ``layer_ids`` (SGLang's id convention; None drops the key, so SGLang uses its default). Weights are unchanged:
-    the fc still expects 3 aux states of width 64."""
+def copy_checkpoint(source: str, dest: str, edit_config) -> None:
+    """Copy the checkpoint directory ``source`` to ``dest``, its config.json changed in place by ``edit_config``."""
     os.makedirs(dest, exist_ok=True)
     for name in os.listdir(source):
         if name != "config.json":
             shutil.copyfile(os.path.join(source, name), os.path.join(dest, name))
     with open(os.path.join(source, "config.json")) as f:
         config = json.load(f)
-    eagle = dict(config.get("eagle_config") or {})
-    if layer_ids is None:
-        eagle.pop("eagle_aux_hidden_state_layer_ids", None)
-    else:
-        eagle["eagle_aux_hidden_state_layer_ids"] = [int(i) for i in layer_ids]
-    if eagle:
-        config["eagle_config"] = eagle
-    else:
-        config.pop("eagle_config", None)
+    edit_config(config)
     with open(os.path.join(dest, "config.json"), "w") as f:
         json.dump(config, f, indent=2)
+
+
+def write_draft_copy(dest: str, layer_ids: Sequence[int] | None, source: str = DRAFT_PATH) -> str:
+    """Copy the committed draft checkpoint to ``dest`` with ``eagle_config.eagle_aux_hidden_state_layer_ids`` set to
+    ``layer_ids`` (SGLang's id convention; None drops the key, so SGLang uses its default). Weights are unchanged:
+    the fc still expects 3 aux states of width 64."""
+
+    def set_ids(config):
+        eagle = dict(config.get("eagle_config") or {})
+        if layer_ids is None:
+            eagle.pop("eagle_aux_hidden_state_layer_ids", None)
+        else:
+            eagle["eagle_aux_hidden_state_layer_ids"] = [int(i) for i in layer_ids]
+        if eagle:
+            config["eagle_config"] = eagle
+        else:
+            config.pop("eagle_config", None)
+
+    copy_checkpoint(source, dest, set_ids)
     return dest
 
 
