@@ -41,7 +41,7 @@ from .doctor_configs import (  # noqa: F401 (load_config_json, parse_target, par
     parse_target,
     parse_trained_layers,
 )
-from .output import emit, finding_line, fix_lines
+from .output import emit, finding_dict, finding_line, fix_lines
 
 
 @dataclass(frozen=True)
@@ -196,8 +196,7 @@ def _paths(pred, target: TargetSpec) -> list[dict]:
 
 
 def _findings(found) -> list[dict]:
-    return [{"code": f.code, "severity": f.severity, "message": f.message, "evidence": f.evidence_dict()}
-            for f in found]
+    return [finding_dict(f) for f in found]
 
 
 def _report(d: Diagnosis) -> dict:

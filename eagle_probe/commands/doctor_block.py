@@ -25,7 +25,7 @@ from ..versions import ResolvedSGLang, Version, format_version
 from . import target_family
 from .doctor_configs import DoctorInputError, _int, parse_target
 from .json_files import shown
-from .output import finding_line
+from .output import finding_dict, finding_line
 
 DFLASH, DSPARK = "DFLASH", "DSPARK"
 BLOCK_ALGORITHMS = (DFLASH, DSPARK)
@@ -401,8 +401,7 @@ def _report(d: BlockDiagnosis, ids, found: list[Finding], errors: list[str], lau
         "trained": None if d.trained is None else {
             "hf_indices": list(d.trained), "labels": [capture_label(i, n, t.final_capturable) for i in d.trained]},
         "fix": _fix(found),
-        "findings": [{"code": f.code, "severity": f.severity, "message": f.message, "evidence": f.evidence_dict()}
-                     for f in found],
+        "findings": [finding_dict(f) for f in found],
         "errors": errors, "notes": d.notes,
         "exit_status": 1 if n_errors else 0,
     }

@@ -23,3 +23,9 @@ def fix_lines(goal: str, ids: list | None, impossible: str | None, notes: list[s
     head = (f"{goal}: {key} = {ids}" if ids is not None
             else f"{goal}: impossible in this release: {impossible}")
     return [head] + [f"  but: {note}" for note in notes]
+
+
+def finding_dict(finding) -> dict:
+    """A finding as the commands' JSON reports give it."""
+    return {"code": finding.code, "severity": finding.severity, "message": finding.message,
+            "evidence": finding.evidence_dict()}

@@ -24,7 +24,7 @@ from . import block_drafts, target_family
 from .doctor_configs import DoctorInputError, load_config_json
 from .dump_dir_option import add_dump_dir_option
 from .dump_files import DumpError, read_dump_dir, wait_until_written
-from .output import finding_line, fix_lines
+from .output import finding_dict, finding_line, fix_lines
 from .sglang_server import ServerError, generate, server_release
 from .specforge_data import DataError, read_samples
 
@@ -241,7 +241,6 @@ def run(args) -> int:
         print(f"eagle-probe parity: {exc}", file=sys.stderr)
         return 2
     found = findings(report, num_layers)
-    report["findings"] = [{"code": f.code, "severity": f.severity, "message": f.message,
-                           "evidence": f.evidence_dict()} for f in found]
+    report["findings"] = [finding_dict(f) for f in found]
     print(json.dumps(report) if args.format == "json" else render(report, found))
     return 0

@@ -28,7 +28,7 @@ from ...dump_format import AUX, EXTEND_MODE, FINAL, INPUT_IDS, POSITIONS
 from ...layer_spec import parse_trained_layers
 from ..block_drafts import FIX_KEY, ids_to_set
 from ..dump_files import DumpError, read_dump_dir
-from ..output import finding_line, fix_lines
+from ..output import finding_dict, finding_line, fix_lines
 from .block_draft import BlockDraft, load_block_draft, read_block_draft_spec
 from .checkpoints import target_head_and_embedding
 from .dumps import _distinct
@@ -468,8 +468,7 @@ def _report(run: _Run, evaluator: BlockEvaluator, sc: _Scores, notes: list[str],
         "top": _candidate(top, n_layers),
         "near_ties": [_candidate(c, n_layers, reach[c.wiring]) for c in ties],
         "candidates": [_candidate(c, n_layers) for c in ranked],
-        "finding": {"code": finding.code, "severity": finding.severity, "message": finding.message,
-                    "evidence": finding.evidence_dict()},
+        "finding": finding_dict(finding),
         "cost": {"setup_s": round(evaluator.setup_s, 4), "evaluations": evaluator.evaluated,
                  "evaluate_s": round(evaluator.seconds, 4),
                  "seconds_per_wiring": None if per is None else round(per, 6),

@@ -23,7 +23,7 @@ from ...analysis.wiring_search import (
 )
 from ...versions import ResolvedSGLang, resolve_sglang
 from .. import target_family
-from ..output import finding_line, fix_lines
+from ..output import finding_dict, finding_line, fix_lines
 from .checkpoints import target_head_and_embedding
 from .draft import TorchDraft, load_torch_draft
 from .dumps import DumpRows, read_dumps
@@ -309,8 +309,7 @@ def build_report(request: ReplayRequest, inputs: Inputs, sc: Scores, notes: list
         "top": _candidate(choice.top, n_layers),
         "near_ties": [_candidate(c, n_layers, choice.reachability[c.hf_indices]) for c in choice.near_ties],
         "candidates": [_candidate(c, n_layers) for c in sc.result.ranked(prefer=rows.served)],
-        "finding": {"code": sc.finding.code, "severity": sc.finding.severity, "message": sc.finding.message,
-                    "evidence": sc.finding.evidence_dict()},
+        "finding": finding_dict(sc.finding),
         "cost": _cost(inputs, sc, started),
         "notes": notes,
         "exit_status": 0,
