@@ -22,6 +22,18 @@ def metric_samples(text, name):
     return out
 
 
+def last_samples_are_one_forward(texts):
+    """Whether every TP rank's eagle_probe_aux_fingerprint_step gauge in these /metrics texts holds one step per
+    role: the divergence alert compares the ranks' last samples only then. Samples follow wall-clock buckets, so a
+    bucket boundary falling between two ranks' starts of one forward gives them neighbouring forwards; the next
+    request gives them new last samples."""
+    steps = {}
+    for text in texts:
+        for labels, value in metric_samples(text, "eagle_probe_aux_fingerprint_step"):
+            steps.setdefault(labels.get("role"), set()).add(value)
+    return bool(steps) and all(len(values) == 1 for values in steps.values())
+
+
 def internal_errors(text):
     """where -> eagle_probe_internal_errors_total."""
     return {labels["where"]: value for labels, value in metric_samples(text, "eagle_probe_internal_errors_total")}

@@ -3,8 +3,10 @@
 Sampling follows wall-clock buckets of EAGLE_PROBE_FINGERPRINT_INTERVAL_S: the first eligible forward in each
 bucket is sampled. Tensor-parallel ranks run the same forwards in lockstep on one clock, so they sample the same
 forward (its `step`, the count of the model's forwards) without any communication, and `summarize` can compare
-their fingerprints step by step. The forward's thread only queues the reductions; the flush thread reads the results
-once their copy is done and hands them to the recorder (on the forward's thread only where no flush thread runs).
+their fingerprints step by step (except in a bucket whose boundary falls within the ranks' lag: then they sample
+neighbouring forwards, and nothing compares them). The forward's thread only queues the reductions; the flush
+thread reads the results once their copy is done and hands them to the recorder (on the forward's thread only where
+no flush thread runs).
 """
 
 import threading
