@@ -38,3 +38,14 @@ def start():
                 return
 
     threading.Thread(target=loop, name="sglang-cpu-census", daemon=True).start()
+
+
+def read(directory: str) -> dict:
+    """pid -> the probe modules that process had loaded, from the files start() wrote under `directory`."""
+    out = {}
+    for name in os.listdir(directory):
+        if name.endswith(".json"):
+            with open(os.path.join(directory, name), encoding="utf-8") as handle:
+                entry = json.load(handle)
+            out[entry["pid"]] = entry["modules"]
+    return out

@@ -27,6 +27,7 @@ import pytest
 from eagle_probe.bootstrap import BOOTSTRAP_DIR
 from eagle_probe.commands.cli import main as cli_main
 from sglang_cpu import dflash_seed, seed
+from sglang_cpu.census import read as read_census
 from sglang_cpu.server import STARTUP_TIMEOUT_S
 
 from .conftest import counts_delta, internal_errors, probe_events, settled_probe_counts, sglang_spec_counts
@@ -40,8 +41,10 @@ TRAINED_ENV = "hf:" + ",".join(map(str, TRAINED_HF))
 
 
 def _serve(root, name, draft, left, dumps=None, batched=False):
+    census = os.path.join(root, f"census-{name}")  # the probe modules each server process loaded (sglang_cpu.census)
+    os.makedirs(census)
     env = {"EAGLE_PROBE_LOG_DIR": os.path.join(root, f"probe-{name}"), "EAGLE_PROBE_TRAINED_LAYERS": TRAINED_ENV,
-           "EAGLE_PROBE_SUMMARY_INTERVAL_S": "0.2"}
+           "EAGLE_PROBE_SUMMARY_INTERVAL_S": "0.2", "SGLANG_CPU_MODULE_CENSUS_DIR": census}
     if dumps:
         env.update(EAGLE_PROBE_DUMP_DIR=dumps, EAGLE_PROBE_DUMP_EVERY="1", EAGLE_PROBE_DUMP_LAYERS="all")
     server = dflash_seed.dflash_server(draft, log_path=os.path.join(root, f"{name}.log"), env=env,
@@ -62,7 +65,8 @@ def _serve(root, name, draft, left, dumps=None, batched=False):
     finally:
         server.stop(grace=2.0)
     return dict(answers=answers, acceptance=seed.acceptance(answers[:len(seed.PROMPTS)]), probe_counts=counts,
-                errors=errors, draft=draft, dumps=dumps, log_dir=env["EAGLE_PROBE_LOG_DIR"])
+                errors=errors, draft=draft, dumps=dumps, log_dir=env["EAGLE_PROBE_LOG_DIR"], census=read_census(census))
+
 
 
 def _dump_files(directory):
@@ -202,3 +206,15 @@ def test_replay_search_on_the_default_servers_dumps_finds_the_trained_layers(ser
     assert best["hf_indices"][1] == 5 and best["accept_length"] >= 2.5
     assert report["finding"]["code"] == "trained_layers_inferred"
     assert report["finding"]["evidence"]["ids_source"] == "default"
+
+
+@pytest.mark.parametrize("name", ("default", "fixed"))
+def test_no_command_module_is_loaded_in_a_dflash_server(served, name):
+    """The block draft's hooks are runtime only: the scheduler that reported the draft loaded the block-draft
+    integration, and no process of the server loaded a module of eagle_probe.commands (doctor, replay and parity
+    read block drafts offline)."""
+    census = served[name]["census"]
+    [scheduler] = {e["pid"] for e in probe_events(served[name]["log_dir"], "eagle_probe.block_draft.loaded")}
+    assert "eagle_probe.runtime.integrations.block_drafts" in census[scheduler], sorted(census)
+    for pid, modules in census.items():
+        assert not [m for m in modules if m.startswith("eagle_probe.commands")], (pid, modules)

@@ -9,6 +9,7 @@ import pytest
 
 from eagle_probe.bootstrap import BOOTSTRAP_DIR
 from eagle_probe.commands.summarize.logread import read_events
+from sglang_cpu.census import read as read_census
 
 from .conftest import AUX_ARGS, PROMPTS, start_server
 
@@ -50,18 +51,7 @@ def runs(tiny_checkpoint, tmp_path_factory):
     stopped = not probed.is_running() and not plain.is_running()
     return dict(stopped=stopped, plain=plain_out, probed=probed_out, metrics=metrics, events=read_events([log_dir]),
                 server_pid=server_pid, config=config, server_log=server_log, log_dir=log_dir,
-                census=_read_census(census_dir), dump_dir=dump_dir, request_ids=request_ids)
-
-
-def _read_census(directory):
-    """pid -> the probe modules that process had loaded (written by sglang_cpu.census, test-only)."""
-    out = {}
-    for name in os.listdir(directory):
-        if name.endswith(".json"):
-            with open(os.path.join(directory, name), encoding="utf-8") as handle:
-                entry = json.load(handle)
-            out[entry["pid"]] = entry["modules"]
-    return out
+                census=read_census(census_dir), dump_dir=dump_dir, request_ids=request_ids)
 
 
 def test_no_command_module_is_loaded_in_any_server_process(runs):
