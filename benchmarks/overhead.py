@@ -33,6 +33,9 @@ ModelRunner.forward's (forward counts and path) and the EAGLE worker's hand-off 
 no fingerprint due); then every hook of one decode step summed (SPEC_STEPS speculative steps), under CUDA graphs and
 eager, beside its share of a 10 ms GPU step. The fingerprint figure is the worker boundary's sample as well: it queues
 the same reductions on the aux states the target hands the worker.
+Block draft hand-off: the DFlash worker's hook where the target's states go into the draft's projection (once after
+a prefill and after every verify, on every path), hot, per call, no fingerprint due; the worker a stand-in holding
+the target model and the draft's fc (not in the decode step's sum, which is EAGLE-3's).
 Phase timing: what timing one decode step adds (the step, draft, verify and extend wrappers, the target's verify
 forward timed on the wall clock, the step queued), hot, per step (in the decode step's sum). The step is counted on
 the flush thread; the worker counts only when 512 items wait (steps, periods, forwards: about 3 a step), i.e. past
@@ -84,6 +87,7 @@ BUDGETS = {
     "flush": 25.0,  # once per flush interval (1 s), off the hot path; / FORWARDS_PER_S = 0.5x
     "verify_step_coverage": 8.0,  # a verify step whose tokens are sampled for coverage, as verify_step
     "phase_timing": 10.0,  # per decode step: the step, its three phases and the target's verify forward timed
+    "block_feed": 4.0,  # per block draft hand-off (one a verify): a wrapper, a set lookup and one clock read
 }
 REFERENCE_NUMBER, REFERENCE_REPEAT = 200_000, 7
 
@@ -523,6 +527,48 @@ def step_hooks_us(runner, model, n):
     return runner_forward, (probed - bare) / 1000
 
 
+def block_feed_us(model, n, batch=16, block=4):
+    """Hot added us per call of the block draft's hand-off hook
+    (DFlashWorkerV2._append_target_hidden_to_draft_kv_by_loc, once after a prefill and once after every verify, on
+    every path), with no fingerprint due: the common step. The
+    target is this benchmark's real model (its three capture slots), the worker a stand-in holding what the wrapper
+    reads (the target model, the draft's fc and width); a verify of `batch` requests, `block` rows each."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from eagle_probe.runtime.integrations import block_drafts
+    from eagle_probe.runtime.state import STATE
+    from eagle_probe.runtime.values import boundary
+
+    def returns(*a, **k):
+        return None
+
+    hidden = model.config.hidden_size
+    slots = len(model.model.layers_to_capture)
+    draft = SimpleNamespace(fc=torch.nn.Linear(slots * hidden, hidden, bias=False), num_context_features=slots,
+                            config=SimpleNamespace(hidden_size=hidden, num_hidden_layers=2))
+    worker = SimpleNamespace(model_runner=SimpleNamespace(model=model), draft_model=draft)
+    rows = batch * block
+    kwargs = dict(target_hidden=torch.zeros(rows, slots * hidden), cache_loc=torch.arange(rows),
+                  positions=torch.arange(rows), commit_lens=torch.full((batch,), block))
+    sampler = STATE.recorder.fingerprints
+    with worker_boundary_live():
+        try:
+            if sampler is not None:
+                sampler.due_cell(boundary.WORKER)[0] = NEVER  # not due: every other hand-off of an interval
+            errors = STATE.recorder.out.errors_total
+            bare, probed = paired_median_ns(lambda: returns(**kwargs),
+                                            lambda: block_drafts.feed_wrapper(returns, worker, (), kwargs), n)
+            if STATE.recorder.out.errors_total != errors:
+                raise SystemExit("the block draft's hand-off hook counted internal errors: the figure would not be its "
+                                 "path's")
+        finally:
+            if sampler is not None:
+                sampler.due_cell(boundary.WORKER)[0] = 0.0
+    return (probed - bare) / 1000
+
+
 def phase_timing_us(runner, n):
     """Hot added us per decode step of the phase timing (EAGLE_PROBE_PHASE_TIMING, on by default): the worker's step
     wrapper with its draft and verify wrappers and the draft extend's timed phase inside it, and the target's verify
@@ -773,9 +819,11 @@ def main():
     figures["runner_forward_us"], figures["worker_handoff_us"] = (round(v, 2) for v in step_hooks_us(runner, model,
                                                                                                      3000))
     figures["phase_timing_us"] = round(phase_timing_us(runner, 3000), 2)
+    figures["block_feed_us"] = round(block_feed_us(model, 3000), 2)
     print(f"\nModelRunner.forward (forward counts, every path): {figures['runner_forward_us']:.2f} us a forward; "
           f"worker hand-off after verify (not due): {figures['worker_handoff_us']:.2f} us a step; phase timing "
-          f"(the step, its phases and the verify forward): {figures['phase_timing_us']:.2f} us a step")
+          f"(the step, its phases and the verify forward): {figures['phase_timing_us']:.2f} us a step; block draft "
+          f"hand-off (DFlash, not due): {figures['block_feed_us']:.2f} us a verify")
     figures["decode_step_us"] = {}
     print(f"whole probe cost of one decode step ({SPEC_STEPS} speculative steps; every hook summed), and its share of "
           f"a {GPU_STEP_US / 1000:.0f} ms GPU step")
@@ -813,6 +861,7 @@ def judged_figures(figures):
         rows.append(("fingerprint_and_coverage_amortised", None, "batch 128",
                      figures["fingerprint_and_coverage_amortised_us"]))
     rows.append(("phase_timing", None, "per decode step", figures["phase_timing_us"]))
+    rows.append(("block_feed", None, "per hand-off", figures["block_feed_us"]))
     rows.append(("flush", None, "", figures["flush_us"]))
     return rows
 

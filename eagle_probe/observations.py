@@ -267,6 +267,3 @@ class BlockDraftFed(NamedTuple):
     rows: int
     dtype: str
     is_graph: bool | None = None
-
-    def signature(self) -> tuple:
-        return (self.worker_class, self.mode, self.width, self.expected_width, self.dtype)

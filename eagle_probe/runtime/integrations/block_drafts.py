@@ -31,7 +31,7 @@ BLOCK_SETTERS = ("set_dflash_layers_to_capture", "set_dspark_layers_to_capture")
 FEED_PARAMS = ("target_hidden", "cache_loc", "positions")
 _depth = [0]  # nesting of the setters: only the outermost call reports (a delegate hands on changed ids)
 _batch = [None]  # the batch of the worker's step now running (the hand-off's tokens and requests)
-_STATIC = "_eagle_probe_block"  # the worker's own attribute: (target inner model, draft view, forwards, signatures)
+_STATIC = "_eagle_probe_block"  # the worker's own attribute: its _WorkerStatic
 
 
 def takes_keywords(function, names):
@@ -210,12 +210,13 @@ def _static(worker):
 
 
 def _report_shape(worker, static, mode, hidden, rows):
-    fed = BlockDraftFed(type(worker).__name__, mode, int(hidden.shape[-1]), static.fc_in, rows,
-                        str(hidden.dtype).replace("torch.", ""))
-    signature = fed.signature()
-    if signature not in static.signatures:
-        static.signatures.add(signature)
-        STATE.recorder.block_draft_fed(fed)
+    """Once per (mode, width, dtype): the worker, its fc width and therefore the rest of the signature are fixed."""
+    key = (mode, hidden.shape[-1], hidden.dtype)
+    if key in static.signatures:
+        return
+    static.signatures.add(key)
+    STATE.recorder.block_draft_fed(BlockDraftFed(type(worker).__name__, mode, int(hidden.shape[-1]), static.fc_in,
+                                                 rows, str(hidden.dtype).replace("torch.", "")))
 
 
 def _handoff(static, mode, hidden, rows, positions):
@@ -242,10 +243,10 @@ def _observe_feed(worker, kwargs):
         return
     static.forwards += 1
     recorder = STATE.recorder
+    if not boundary.wanted(recorder):  # no per-request work unless a sample is due or dumps are on
+        return
     sampler = recorder.fingerprints
     planner = recorder.dumps.worker_planner if recorder.dumps is not None else None
-    if sampler is None and planner is None:
-        return
     handoff = _handoff(static, mode, hidden, rows, kwargs.get("positions"))
     if sampler is not None:
         boundary.sample(sampler, recorder, handoff, static.forwards, static.draft_view)

@@ -9,7 +9,6 @@ exception inside a wrapper is counted as an internal error and the worker's meth
 """
 
 import inspect
-import time
 
 from ... import versions
 from ..patcher import Integration, PatchTarget
@@ -24,7 +23,6 @@ PREFILL_HOOK, DECODE_HOOK = versions.WORKER_PREFILL_HOOK, versions.WORKER_DECODE
 # Leading parameters (after self) the wrappers read by position: what the contract check proves per release.
 PREFILL_PARAMS = ("batch", "target_hidden_states")
 DECODE_PARAMS = ("batch", "batch_result")
-_wall = time.time  # the sampler's clock
 _STATIC = "_eagle_probe_worker"  # the worker's own attribute holding its _WorkerStatic
 
 
@@ -110,7 +108,7 @@ def _prefill_handoff(worker, args, kwargs):
     if static.inner is None:
         return None, None
     static.forwards += 1
-    if not _wanted():
+    if not boundary.wanted(STATE.recorder):
         return None, None
     lens, prefix = list(batch.extend_lens), list(batch.prefix_lens)
     rows = min(sum(lens), aux.shape[0])
@@ -130,7 +128,7 @@ def _decode_handoff(worker, args, kwargs):
     if static.inner is None:
         return None, None
     static.forwards += 1
-    if not _wanted():
+    if not boundary.wanted(STATE.recorder):
         return None, None
     rows = aux.shape[0]
     handoff = Handoff("TARGET_VERIFY", aux, batch.input_ids, lambda: _verify_positions(batch, rows), rows,
@@ -149,18 +147,6 @@ def _verify_positions(batch, rows):
     host = batch.seq_lens_cpu if host is None else host
     seq_lens = host.tolist()  # a host tensor SGLang keeps beside the device one
     return _host_positions(seq_lens, [rows // len(seq_lens)] * len(seq_lens))
-
-
-def _wanted() -> bool:
-    """Whether this hand-off is read at all: dumps are on (the planner counts every forward), or a fingerprint is due
-    (one clock read and a comparison), or finished fingerprints wait to be read on this thread. Otherwise the hand-off
-    only counts: no per-request work on the step."""
-    recorder = STATE.recorder
-    if recorder.dumps is not None and recorder.dumps.worker_planner is not None:
-        return True
-    sampler = recorder.fingerprints
-    return sampler is not None and (_wall() >= sampler.due_cell(boundary.WORKER)[0]
-                                    or (sampler.inline and bool(sampler.pending)))
 
 
 def _observe(static, handoff):

@@ -50,6 +50,17 @@ def reset():
     LAST_FORWARD[0] = None
 
 
+def wanted(recorder, clock=time.time) -> bool:
+    """Whether a hand-off is read at all: dumps are on (the planner counts every forward), or a fingerprint is due
+    (one clock read and a comparison), or finished fingerprints wait to be read on this thread. Otherwise the hand-off
+    only counts: no per-request work on the step."""
+    if recorder.dumps is not None and recorder.dumps.worker_planner is not None:
+        return True
+    sampler = recorder.fingerprints
+    return sampler is not None and (clock() >= sampler.due_cell(WORKER)[0]
+                                    or (sampler.inline and bool(sampler.pending)))
+
+
 def source_of_values() -> str:
     return WORKER if LIVE[0] else FORWARD
 
