@@ -30,7 +30,14 @@ from sglang_cpu import dflash_seed, seed
 from sglang_cpu.census import read as read_census
 from sglang_cpu.server import STARTUP_TIMEOUT_S
 
-from .conftest import counts_delta, internal_errors, probe_events, settled_probe_counts, sglang_spec_counts
+from .conftest import (
+    counts_delta,
+    internal_errors,
+    metric_samples,
+    probe_events,
+    settled_probe_counts,
+    sglang_spec_counts,
+)
 
 BUDGET_S = float(os.environ.get("SGLANG_CPU_DFLASH_SEED_BUDGET_S", "300"))
 pytestmark = pytest.mark.timeout(BUDGET_S)
@@ -38,9 +45,11 @@ pytestmark = pytest.mark.timeout(BUDGET_S)
 POSITIONS = dflash_seed.BLOCK_SIZE - 1
 TRAINED_HF = (4, 5)
 TRAINED_ENV = "hf:" + ",".join(map(str, TRAINED_HF))
+SAMPLED_TEMPERATURE = 0.8
+FALLBACK = "DFLASH non-greedy verification is unavailable"  # SGLang's warning where no sampling verify op exists
 
 
-def _serve(root, name, draft, left, dumps=None, batched=False):
+def _serve(root, name, draft, left, dumps=None, batched=False, sampled=False):
     census = os.path.join(root, f"census-{name}")  # the probe modules each server process loaded (sglang_cpu.census)
     os.makedirs(census)
     env = {"EAGLE_PROBE_LOG_DIR": os.path.join(root, f"probe-{name}"), "EAGLE_PROBE_TRAINED_LAYERS": TRAINED_ENV,
@@ -52,21 +61,38 @@ def _serve(root, name, draft, left, dumps=None, batched=False):
     server.start(timeout=min(STARTUP_TIMEOUT_S, left()))
     try:
         before = settled_probe_counts(server, POSITIONS)
+        sliced_before = _sampling_slices(server.metrics_text())
         answers = [server.generate_raw(p, max_new_tokens=seed.MAX_NEW_TOKENS, timeout=left()) for p in seed.PROMPTS]
         if batched:  # the prompts again, all at once: verify forwards of several requests
             with ThreadPoolExecutor(len(seed.PROMPTS)) as pool:
                 answers += list(pool.map(
                     lambda p: server.generate_raw(p, max_new_tokens=seed.MAX_NEW_TOKENS, timeout=left()),
                     seed.PROMPTS))
+        sampled_answers = []
+        if sampled:  # the prompts at temperature 0.8, all at once: SGLang's DFlash verify of sampled requests
+            with ThreadPoolExecutor(len(seed.PROMPTS)) as pool:
+                sampled_answers = list(pool.map(lambda p: server.generate_raw(
+                    p, max_new_tokens=seed.MAX_NEW_TOKENS, sampling_params={"temperature": SAMPLED_TEMPERATURE},
+                    timeout=left()), seed.PROMPTS))
         counts = counts_delta(settled_probe_counts(server, POSITIONS), before)
-        errors = internal_errors(server.metrics_text())
+        text = server.metrics_text()
+        errors = internal_errors(text)
+        slices = {bucket: n - sliced_before.get(bucket, 0.0) for bucket, n in _sampling_slices(text).items()}
+        log = server.log_text()
         while dumps and _dump_files(dumps) < len(seed.PROMPTS) + 1 and left() > 5:
             time.sleep(0.1)  # the writer thread: SGLang's warm-up and every prompt's prefill
     finally:
         server.stop(grace=2.0)
     return dict(answers=answers, acceptance=seed.acceptance(answers[:len(seed.PROMPTS)]), probe_counts=counts,
-                errors=errors, draft=draft, dumps=dumps, log_dir=env["EAGLE_PROBE_LOG_DIR"], census=read_census(census))
+                errors=errors, draft=draft, dumps=dumps, log_dir=env["EAGLE_PROBE_LOG_DIR"], census=read_census(census),
+                sampled=sampled_answers, sampling_slices=slices, server_log=log)
 
+
+
+def _sampling_slices(text):
+    """bucket -> request-steps of the probe's sampling slice in a /metrics text."""
+    return {labels["bucket"]: value for labels, value in metric_samples(text, "eagle_probe_spec_slice_drafts_total")
+            if labels.get("dimension") == "sampling"}
 
 
 def _dump_files(directory):
@@ -88,7 +114,7 @@ def served(tmp_path_factory):
     runs = {"default": _serve(root, "default", default, left, dumps=os.path.join(root, "dumps-default"))}
     [mismatch] = [f for f in _findings(runs["default"]) if f["code"] == "layer_mismatch"]
     fixed = dflash_seed.write_dflash_draft_copy(os.path.join(root, "draft-fixed"), mismatch["evidence"]["fix_ids"])
-    runs["fixed"] = _serve(root, "fixed", fixed, left, batched=True)
+    runs["fixed"] = _serve(root, "fixed", fixed, left, batched=True, sampled=True)
     return runs
 
 
@@ -149,8 +175,9 @@ def test_draft_facts_and_what_each_hand_off_feeds(served):
 
 
 def test_probe_counts_equal_sglangs_own(served):
+    """Greedy on both servers; on the fixed one also the sampled requests (their counts in the same delta)."""
     for name, run in served.items():
-        metas = [a["meta_info"] for a in run["answers"]]
+        metas = [a["meta_info"] for a in run["answers"] + run["sampled"]]
         expected = sglang_spec_counts(metas, POSITIONS)
         assert expected["drafts"] > 0 and expected["draft_tokens"] == POSITIONS * expected["drafts"], name
         assert run["probe_counts"] == expected, name
@@ -218,3 +245,18 @@ def test_no_command_module_is_loaded_in_a_dflash_server(served, name):
     assert "eagle_probe.runtime.integrations.block_drafts" in census[scheduler], sorted(census)
     for pid, modules in census.items():
         assert not [m for m in modules if m.startswith("eagle_probe.commands")], (pid, modules)
+
+
+def test_sampled_requests_are_sliced_apart_as_sglang_counted_them(served):
+    """The fixed server's sampled requests: the probe's sampling slice holds their request-steps (temperature 0.8:
+    bucket temp<=1) apart from the greedy ones, each equal to SGLang's own verify counts of those requests, whichever
+    verify SGLang ran for them on this device (sampled, or its logged fallback to greedy argmax)."""
+    run = served["fixed"]
+    assert len(run["sampled"]) == len(seed.PROMPTS)
+    greedy = sglang_spec_counts([a["meta_info"] for a in run["answers"]], POSITIONS)
+    sampled = sglang_spec_counts([a["meta_info"] for a in run["sampled"]], POSITIONS)
+    assert sampled["drafts"] > 0
+    slices = {bucket: n for bucket, n in run["sampling_slices"].items() if n}
+    assert slices == {"greedy": greedy["drafts"], "temp<=1": sampled["drafts"]}, run["sampling_slices"]
+    if FALLBACK in run["server_log"]:  # greedy argmax verify: the target's own tokens, as for greedy requests
+        assert [a["output_ids"] for a in run["sampled"]] == [seed.continuation(p) for p in seed.PROMPTS]
