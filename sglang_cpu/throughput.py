@@ -52,18 +52,27 @@ def since_now(settle_s: float) -> str:
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def interleaved(servers: dict, batches: dict[int, int], blocks: int, warm: bool = True) -> dict[str, dict[int, float]]:
-    """name -> batch size -> tokens per second over all blocks; `batches`: batch size -> rounds per block."""
+def blocks_measured(servers: dict, batches: dict[int, int], blocks: int):
+    """Per block, {(name, batch size): (tokens, seconds)}: each server alone in turn, in an order that turns every
+    block; `batches`: batch size -> rounds per block."""
     names = list(servers)
-    if warm:
-        warm_up(servers)
-    sums = {(name, batch): [0, 0.0] for name in names for batch in batches}
     for block in range(blocks):
         order = names if block % 2 == 0 else names[::-1]
+        out = {}
         for batch, rounds in batches.items():
             for name in order:
                 with alone([servers[n] for n in names if n != name]):
-                    tokens, seconds = timed(servers[name], batch, rounds, 1000 * block + batch)
-                sums[(name, batch)][0] += tokens
-                sums[(name, batch)][1] += seconds
-    return {name: {batch: sums[(name, batch)][0] / sums[(name, batch)][1] for batch in batches} for name in names}
+                    out[(name, batch)] = timed(servers[name], batch, rounds, 1000 * block + batch)
+        yield out
+
+
+def interleaved(servers: dict, batches: dict[int, int], blocks: int, warm: bool = True) -> dict[str, dict[int, float]]:
+    """name -> batch size -> tokens per second over all blocks; `batches`: batch size -> rounds per block."""
+    if warm:
+        warm_up(servers)
+    sums = {(name, batch): [0, 0.0] for name in servers for batch in batches}
+    for measured in blocks_measured(servers, batches, blocks):
+        for key, (tokens, seconds) in measured.items():
+            sums[key][0] += tokens
+            sums[key][1] += seconds
+    return {name: {batch: sums[(name, batch)][0] / sums[(name, batch)][1] for batch in batches} for name in servers}
