@@ -22,6 +22,27 @@ def tiny_checkpoint(tmp_path_factory):
     return str(path), config
 
 
+# The "random" case's target (sglang_cpu.draft_models, seed 0) served without speculation or the probe: the greedy
+# output a speculative server of that target must give. Its prompts, and the new tokens of each.
+RANDOM_TARGET_PROMPTS = ([10, 11, 12, 13, 14], [7, 3, 99, 120, 5, 6, 200, 31], [42, 43], [250, 1, 17, 90])
+RANDOM_TARGET_NEW_TOKENS = 12
+
+
+@pytest.fixture(scope="session")
+def random_target_plain(tmp_path_factory):
+    """tuple(prompt) -> the "random" target's RANDOM_TARGET_NEW_TOKENS greedy tokens, from one plain server per
+    session (stopped once it answered), for every module that compares a speculative server with it."""
+    from sglang_cpu.draft_models import build_case
+
+    root = str(tmp_path_factory.mktemp("random-target-plain"))
+    case = build_case(root, "random")
+    server = start_server(case["target"], root, "random-plain")
+    try:
+        return {tuple(p): server.generate(p, max_new_tokens=RANDOM_TARGET_NEW_TOKENS) for p in RANDOM_TARGET_PROMPTS}
+    finally:
+        server.stop()
+
+
 def start_server(checkpoint, root, name, extra_args=(), pythonpath_prefix=(), env=None):
     from sglang_cpu.server import SGLangServer
 

@@ -104,13 +104,9 @@ def root(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def random_runs(root):
+def random_runs(root, random_target_plain):
     case = build_case(root, "random", num_steps=NUM_STEPS)
-    plain = _start(case["target"], root, "random-plain", spec=False, probe=False)
-    try:
-        plain_out = [plain.generate(p, max_new_tokens=12) for p in RANDOM_PROMPTS]
-    finally:
-        plain.stop()
+    plain_out = [random_target_plain[tuple(p)] for p in RANDOM_PROMPTS]
     spec = _start(case["target"], root, "random-spec", case["args"] + ["--enable-metrics"])
     try:
         first_text = spec.flushed_metrics_text()

@@ -2,8 +2,9 @@
 (temperature > 0), through the test-only support in sglang_cpu (spec_shims: torch_native tree draft decode and tree
 verify mask; spec_sampling: a torch target-only tree sampling rule). No probe here: this checks the support itself.
 
-Servers (module-scoped, four in all): a plain random target; the random pair with topk 2 (3 steps, 4 draft tokens);
-the "map" pair with topk 4 (3 steps, 8 draft tokens); the "map" pair as a chain (topk 1, 3 steps) for sampling.
+Servers (module-scoped, three, beside conftest's session-wide plain random target): the random pair with topk 2 (3
+steps, 4 draft tokens); the "map" pair with topk 4 (3 steps, 8 draft tokens); the "map" pair as a chain (topk 1, 3
+steps) for sampling.
 
 - Greedy: a tree server's tokens equal the no-draft server's (random pair) or the map target's own greedy
   continuation, which the checkpoint realises exactly (map pair); SGLang's meta_info counts verify steps and its
@@ -29,8 +30,9 @@ from sglang_cpu.server import SGLangServer
 from sglang_cpu.spec_sampling import DUMP_ENV, accept_length_distribution_from_record
 from sglang_cpu.spec_shims import SPEC_ENV
 
+from .conftest import RANDOM_TARGET_NEW_TOKENS, RANDOM_TARGET_PROMPTS
+
 NUM_STEPS = 3
-RANDOM_PROMPTS = ([10, 11, 12, 13, 14], [7, 3, 99, 120, 5, 6, 200, 31], [42, 43], [250, 1, 17, 90])
 SAMPLED_REQUESTS = 24  # per sampled server
 SAMPLED_NEW_TOKENS = 12
 MAP_TEMPERATURE = 8.0  # the map target at this temperature gives its intended token most, not all, of the mass
@@ -51,15 +53,14 @@ def tree_args(case, topk, draft_tokens):
     return args
 
 
-def _start(root, name, target, args=(), spec=True, probe_env=None):
-    """A speculative server carries the probe (through PYTHONPATH, with its metrics): its counts are compared with
-    SGLang's below; the plain server carries nothing."""
+def _start(root, name, target, args=(), probe_env=None):
+    """A speculative server with the probe (through PYTHONPATH, with its metrics): its counts are compared with
+    SGLang's below (the plain server is conftest's random_target_plain)."""
     from eagle_probe.bootstrap import BOOTSTRAP_DIR
 
     env = dict(SPEC_ENV, **{DUMP_ENV: os.path.join(root, f"{name}-sampling.jsonl"),
-                            "EAGLE_PROBE_LOG_DIR": _log_dir(root, name)}, **(probe_env or {})) if spec else {}
-    server = SGLangServer(target, extra_args=[*args, "--enable-metrics"] if spec else args, env=env,
-                          pythonpath_prefix=[BOOTSTRAP_DIR] if spec else (),
+                            "EAGLE_PROBE_LOG_DIR": _log_dir(root, name)}, **(probe_env or {}))
+    server = SGLangServer(target, extra_args=[*args, "--enable-metrics"], env=env, pythonpath_prefix=[BOOTSTRAP_DIR],
                           log_path=os.path.join(root, f"{name}.log"))
     server.start()
     return server
@@ -112,23 +113,18 @@ def root(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def runs(root):
+def runs(root, random_target_plain):
     random_case = build_case(root, "random", num_steps=NUM_STEPS)
     map_case = build_case(root, "map", num_steps=NUM_STEPS)
     out = {"root": root, "startup": {}}
-    greedy = [(p, 12, None) for p in RANDOM_PROMPTS]
-
-    plain = _start(root, "plain", random_case["target"], spec=False)
-    try:
-        out["plain"] = [r["output_ids"] for r in _many(plain, greedy)]
-        out["startup"]["plain"] = plain.startup_seconds
-    finally:
-        plain.stop()
+    greedy = [(p, RANDOM_TARGET_NEW_TOKENS, None) for p in RANDOM_TARGET_PROMPTS]
+    out["plain"] = [random_target_plain[tuple(p)] for p in RANDOM_TARGET_PROMPTS]
 
     tree2 = _start(root, "tree2", random_case["target"], tree_args(random_case, 2, 4))
     try:
         out["tree2"] = _counted(tree2, greedy, out, "tree2")
-        out["tree2_sampled"] = _counted(tree2, _sampled_requests(list(RANDOM_PROMPTS), 1.0), out, "tree2_sampled")
+        sampled = _sampled_requests(list(RANDOM_TARGET_PROMPTS), 1.0)
+        out["tree2_sampled"] = _counted(tree2, sampled, out, "tree2_sampled")
         out["startup"]["tree2"] = tree2.startup_seconds
     finally:
         tree2.stop()
@@ -169,7 +165,7 @@ def _check_meta(meta, num_steps=NUM_STEPS):
 
 def test_topk2_tree_greedy_equals_the_plain_server(runs):
     assert [r["output_ids"] for r in runs["tree2"]] == runs["plain"]
-    assert all(len(o) == 12 for o in runs["plain"])
+    assert all(len(o) == RANDOM_TARGET_NEW_TOKENS for o in runs["plain"])
     for r in runs["tree2"]:
         _check_meta(r["meta_info"])
 
