@@ -489,8 +489,6 @@ def step_hooks_us(runner, model, n):
     from sglang.srt.sampling.sampling_params import SamplingParams
 
     from eagle_probe.runtime.integrations import eagle_worker, runner_paths
-    from eagle_probe.runtime.state import STATE
-    from eagle_probe.runtime.values import boundary
 
     def returns(*a, **k):
         return None
@@ -509,22 +507,32 @@ def step_hooks_us(runner, model, n):
     result = GenerationBatchResult()
     result.logits_output = LogitsProcessorOutput(next_token_logits=None,
                                                  hidden_states=torch.zeros(4 * len(reqs), 3 * model.config.hidden_size))
+    args = (batch, result)
+    return runner_forward, not_due_added_us(lambda: returns(*args),
+                                            lambda: eagle_worker.decode_wrapper(returns, worker, args, {}), n,
+                                            "the worker hand-off hook")
+
+
+def not_due_added_us(bare, probed, n, hook):
+    """Added us of `probed` over `bare` (paired medians) with the worker boundary live and no fingerprint due: the
+    hand-off every other step of an interval makes. Exits where `hook` counted internal errors (the figure would not
+    be its path's)."""
+    from eagle_probe.runtime.state import STATE
+    from eagle_probe.runtime.values import boundary
+
     sampler = STATE.recorder.fingerprints
     with worker_boundary_live():
         try:
             if sampler is not None:
-                sampler.due_cell(boundary.WORKER)[0] = NEVER  # not due: the step every other step of an interval is
+                sampler.due_cell(boundary.WORKER)[0] = NEVER
             errors = STATE.recorder.out.errors_total
-            args = (batch, result)
-            bare, probed = paired_median_ns(lambda: returns(*args),
-                                            lambda: eagle_worker.decode_wrapper(returns, worker, args, {}), n)
+            bare_ns, probed_ns = paired_median_ns(bare, probed, n)
             if STATE.recorder.out.errors_total != errors:
-                raise SystemExit("the worker hand-off hook counted internal errors: the figure would not be its "
-                                 "path's")
+                raise SystemExit(f"{hook} counted internal errors: the figure would not be its path's")
         finally:
             if sampler is not None:
                 sampler.due_cell(boundary.WORKER)[0] = 0.0
-    return runner_forward, (probed - bare) / 1000
+    return (probed_ns - bare_ns) / 1000
 
 
 def block_feed_us(model, n, batch=16, block=4):
@@ -538,8 +546,6 @@ def block_feed_us(model, n, batch=16, block=4):
     import torch
 
     from eagle_probe.runtime.integrations import block_drafts
-    from eagle_probe.runtime.state import STATE
-    from eagle_probe.runtime.values import boundary
 
     def returns(*a, **k):
         return None
@@ -552,21 +558,8 @@ def block_feed_us(model, n, batch=16, block=4):
     rows = batch * block
     kwargs = dict(target_hidden=torch.zeros(rows, slots * hidden), cache_loc=torch.arange(rows),
                   positions=torch.arange(rows), commit_lens=torch.full((batch,), block))
-    sampler = STATE.recorder.fingerprints
-    with worker_boundary_live():
-        try:
-            if sampler is not None:
-                sampler.due_cell(boundary.WORKER)[0] = NEVER  # not due: every other hand-off of an interval
-            errors = STATE.recorder.out.errors_total
-            bare, probed = paired_median_ns(lambda: returns(**kwargs),
-                                            lambda: block_drafts.feed_wrapper(returns, worker, (), kwargs), n)
-            if STATE.recorder.out.errors_total != errors:
-                raise SystemExit("the block draft's hand-off hook counted internal errors: the figure would not be its "
-                                 "path's")
-        finally:
-            if sampler is not None:
-                sampler.due_cell(boundary.WORKER)[0] = 0.0
-    return (probed - bare) / 1000
+    return not_due_added_us(lambda: returns(**kwargs), lambda: block_drafts.feed_wrapper(returns, worker, (), kwargs),
+                            n, "the block draft's hand-off hook")
 
 
 def phase_timing_us(runner, n):
