@@ -1,5 +1,6 @@
 """A speculative server's acceptance counts three ways, to be compared: the probe's series (/metrics), SGLang's own
-per-request meta_info, and (tests/e2e) the "map" case's construction; and an SGLangServer's processes by title.
+per-request meta_info, and (tests/e2e) the "map" case's construction; whether the TP ranks' last fingerprint samples
+are of one forward (the divergence alert's condition); and an SGLangServer's processes by title.
 Shared by the end-to-end tests and benchmarks/soak.py."""
 
 SPEC_POSITIONS = 2  # the "map" case's chain: 2 speculative steps

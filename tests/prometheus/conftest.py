@@ -297,7 +297,7 @@ def stack(prom_bins, tmp_path_factory):
             for _ in range(4):
                 if last_samples_are_one_forward([server.flushed_metrics_text()]):
                     break
-                server.generate_raw(prompts[0][0], max_new_tokens=prompts[0][1])
+                outputs.append(server.generate_raw(prompts[0][0], max_new_tokens=prompts[0][1]))
         timings["requests_s"] = time.monotonic() - t1
         time.sleep(6)
         yield dict(root=root, server=server, workers=workers, prometheus=prometheus, promtool=prom_bins[1],
